@@ -1,0 +1,216 @@
+"""The command line: parse -> load -> run -> render. The one place errors become exit codes.
+
+Exit codes: 0 ok, 1 unexpected loadgen error, 2 bad input, 3 server unusable,
+4 aborted by an abort rule, 130 interrupted (the run directory holds what was measured).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from loadgen import __version__
+from loadgen.errors import LaunchError, LoadgenError
+from loadgen.records import RequestRecord
+from loadgen.report import console_tables, render_markdown
+from loadgen.scenario import Cell
+
+app = typer.Typer(
+    name="loadgen",
+    help="Load testing and benchmarking for OpenAI-compatible LLM inference servers.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handles_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LoadgenError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            if isinstance(exc, LaunchError) and exc.log_tail:
+                err.print("--- log tail ---", style="dim")
+                err.print(exc.log_tail, markup=False, highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class ProgressObserver:
+    """Live progress: requests done / total, current output tokens/s, errors."""
+
+    WINDOW_S = 3.0
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[tps]:>9} tok/s"),
+            TextColumn("errors {task.fields[errors]}"),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.task: TaskID | None = None
+        self.errors = 0
+        self.recent: deque[tuple[float, int]] = deque()
+
+    def message(self, text: str) -> None:
+        self.console.print(text, style="dim", highlight=False)
+
+    def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:
+        if self.task is None:
+            self.progress.start()
+        self.errors = 0
+        self.recent.clear()
+        p = cell.params()
+        desc = f"cell {cell.index + 1}/{cells} in={p['input_tokens']} out={p['output_tokens']} c={p['concurrency']}"
+        if p["rate"] is not None:
+            desc += f" rate={p['rate']:g}"
+        self.task = self.progress.add_task(desc, total=total, tps="-", errors=0)
+
+    def record(self, record: RequestRecord) -> None:
+        if record.warmup or self.task is None:
+            return
+        now = time.monotonic()
+        if record.ok:
+            self.recent.append((now, record.output_tokens))
+        elif record.error != "cancelled":
+            self.errors += 1
+        while self.recent and now - self.recent[0][0] > self.WINDOW_S:
+            self.recent.popleft()
+        span = min(self.WINDOW_S, max(now - self.recent[0][0], 0.5)) if self.recent else 1.0
+        tps = sum(n for _, n in self.recent) / span
+        self.progress.update(self.task, advance=1, tps=f"{tps:,.0f}", errors=self.errors)
+
+    def cell_finished(self, cell: Cell, metrics: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    for item in console_tables(summary):
+        out.print(item, highlight=False)
+
+
+@app.command()
+@handles_errors
+def run(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="server to measure, e.g. http://127.0.0.1:8000/v1")
+    ] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="run directory (default runs/NAME-TIME)")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="override a scenario key: dotted.key=value")
+    ] = None,
+) -> None:
+    """Run a scenario: measure, write a run directory, print the tables."""
+    from loadgen.rundir import default_run_dir
+    from loadgen.runner import execute
+    from loadgen.scenario import load_scenario
+
+    sc = load_scenario(scenario, overrides or [])
+    run_dir = out_dir or default_run_dir(sc)
+    observer = ProgressObserver(err)
+    try:
+        result = execute(sc, run_dir, base_url=base_url, observer=observer, render_report=render_markdown)
+    finally:
+        observer.close()
+    print_summary(result.summary)
+    out.print(f"run directory: {result.run_dir}", highlight=False)
+    if result.interrupted:
+        err.print("interrupted: the run directory holds every request measured before the stop")
+        raise typer.Exit(130)
+
+
+@app.command()
+@handles_errors
+def report(
+    run_dirs: Annotated[list[Path], typer.Argument(help="run directories")],
+    fmt: Annotated[str, typer.Option("--format", help="console | md | json")] = "console",
+) -> None:
+    """Re-render run directories from their records alone, without touching a server."""
+    from loadgen.errors import UsageError
+    from loadgen.rundir import rebuild_summary
+
+    if fmt not in ("console", "md", "json"):
+        raise UsageError(f"--format {fmt!r}: choose console, md or json")
+    for run_dir in run_dirs:
+        summary = rebuild_summary(run_dir)
+        if fmt == "json":
+            out.print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode(), markup=False, highlight=False)
+        elif fmt == "md":
+            out.print(render_markdown(summary), markup=False, highlight=False)
+        else:
+            out.print(f"{run_dir}", style="bold", highlight=False)
+            print_summary(summary)
+
+
+@app.command()
+@handles_errors
+def sim(
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8100,
+    ttft_ms: Annotated[float, typer.Option("--ttft-ms", help="time to first token, ms")] = 50.0,
+    itl_ms: Annotated[float, typer.Option("--itl-ms", help="time between tokens, ms")] = 10.0,
+    tokens_per_chunk: Annotated[int, typer.Option(help="tokens per streamed chunk")] = 1,
+    model: Annotated[str, typer.Option(help="model id served")] = "loadgen-sim",
+    max_model_len: Annotated[int, typer.Option(help="context length: longer requests get 400")] = 1_000_000,
+) -> None:
+    """Run the calibrated simulator: token i leaves at arrival + ttft + i * itl."""
+    from loadgen.errors import UsageError
+    from loadgen.sim import SimConfig, serve_sim
+
+    if ttft_ms < 0 or itl_ms < 0 or tokens_per_chunk < 1:
+        raise UsageError("--ttft-ms and --itl-ms must be >= 0 and --tokens-per-chunk >= 1")
+    config = SimConfig(
+        ttft_s=ttft_ms / 1e3, itl_s=itl_ms / 1e3, tokens_per_chunk=tokens_per_chunk,
+        model=model, max_model_len=max_model_len,
+    )
+    err.print(f"loadgen sim on http://{host}:{port}/v1 (ttft {ttft_ms:g} ms, itl {itl_ms:g} ms)")
+    serve_sim(config, host, port)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"loadgen {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")
+    ] = False,
+) -> None:
+    pass
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,122 @@
+"""The one place that builds request bodies and reads streamed chunks, for both APIs.
+
+Pure functions only: the asyncio client and the Locust user both use them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from loadgen.scenario import Sampling
+
+Api = Literal["completions", "chat"]
+ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One prompt: token ids (completions only), text, or chat messages."""
+
+    input_tokens: int | None
+    token_ids: tuple[int, ...] | None = None
+    text: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+
+
+def build_payload(
+    api: Api,
+    model: str,
+    prompt: Prompt,
+    max_tokens: int,
+    *,
+    sampling: Sampling,
+    ignore_eos: bool = True,
+    min_tokens: bool = True,
+    continuous_usage_stats: bool = True,
+) -> dict[str, Any]:
+    """The JSON body of one streaming request with its output length forced."""
+    body: dict[str, Any] = {"model": model}
+    if api == "chat":
+        if prompt.messages is not None:
+            body["messages"] = list(prompt.messages)
+        elif prompt.text is not None:
+            body["messages"] = [{"role": "user", "content": prompt.text}]
+        else:
+            raise ValueError("a chat request needs text or messages, not token ids")
+    else:
+        if prompt.token_ids is not None:
+            body["prompt"] = list(prompt.token_ids)
+        elif prompt.text is not None:
+            body["prompt"] = prompt.text
+        else:
+            raise ValueError("a completions request needs token ids or text, not messages")
+    body["max_tokens"] = max_tokens
+    if ignore_eos:
+        body["ignore_eos"] = True
+    if min_tokens:
+        body["min_tokens"] = max_tokens
+    body["stream"] = True
+    options: dict[str, bool] = {"include_usage": True}
+    if continuous_usage_stats:
+        options["continuous_usage_stats"] = True
+    body["stream_options"] = options
+    body.update(sampling.model_dump(exclude_none=True))
+    return body
+
+
+def encode_payload(body: dict[str, Any]) -> bytes:
+    return orjson.dumps(body)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """What one SSE data payload says: text, cumulative usage, end of choice, error."""
+
+    text: str
+    has_choices: bool
+    completion_tokens: int | None
+    prompt_tokens: int | None
+    finish_reason: str | None
+    error: str | None
+
+
+class MalformedChunk(ValueError):
+    pass
+
+
+def parse_chunk(data: bytes) -> Chunk:
+    """Read a completions or chat chunk; raises ``MalformedChunk`` for anything else."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedChunk(f"not JSON: {data[:80]!r}") from exc
+    if not isinstance(obj, dict):
+        raise MalformedChunk(f"not a JSON object: {data[:80]!r}")
+    if "error" in obj or obj.get("object") == "error":
+        err = obj.get("error", obj)
+        message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+        return Chunk("", False, None, None, None, str(message)[:300])
+    text = ""
+    finish = None
+    choices = obj.get("choices")
+    if choices:
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise MalformedChunk(f"choice is not an object: {data[:80]!r}")
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            text = delta.get("content") or delta.get("reasoning_content") or ""
+        else:
+            text = choice.get("text") or ""
+        finish = choice.get("finish_reason")
+    elif choices is None and "usage" not in obj:
+        raise MalformedChunk(f"neither choices nor usage: {data[:80]!r}")
+    usage = obj.get("usage")
+    completion = prompt = None
+    if isinstance(usage, dict):
+        completion = usage.get("completion_tokens")
+        prompt = usage.get("prompt_tokens")
+    return Chunk(text, bool(choices), completion, prompt, finish, None)

@@ -1,0 +1,99 @@
+"""``RequestRecord``: one line of ``records.jsonl`` per request, written as it completes.
+
+Times ending in ``_at`` are seconds on the monotonic clock, measured from the run's clock
+base (``provenance.json: clock_base_ns``, a ``time.perf_counter_ns()`` reading, which is
+system-wide on Linux so worker processes share it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+FailureClass = Literal[
+    "http_status",  # the server answered with status >= 400
+    "timeout",  # connect, first-token, between-tokens or total timeout
+    "connect",  # connection refused / could not be opened
+    "reset",  # connection closed or reset before the response headers
+    "stream_cut",  # the body ended or broke before the stream was complete
+    "malformed",  # a chunk that is not the JSON an OpenAI-compatible server sends
+    "stream_error",  # an error object sent inside a 200 stream
+    "cancelled",  # the run was stopped (Ctrl-C, SIGTERM, abort) while it was in flight
+]
+FAILURE_CLASSES: tuple[str, ...] = FailureClass.__args__  # type: ignore[attr-defined]
+
+TokenSource = Literal["usage", "tokenizer", "chunks"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    request_id: int
+    cell: int
+    warmup: bool
+    scheduled_at: float
+    sent_at: float | None
+    first_token_at: float | None
+    last_token_at: float | None
+    done_at: float | None
+    # requested lengths (input None for prompts taken verbatim from a file)
+    input_tokens: int | None
+    max_tokens: int
+    # the server's usage.prompt_tokens, when it sent usage
+    prompt_tokens: int | None
+    output_tokens: int
+    token_count_source: TokenSource
+    # tokens summed over chunks (per-chunk usage, else one per token-bearing chunk)
+    chunk_tokens_total: int
+    # arrival of each token-bearing chunk, seconds after sent_at, and the tokens it carried
+    chunk_offsets_s: tuple[float, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()
+    status: int | None = None
+    error: FailureClass | None = None
+    error_detail: str | None = None
+    worker: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self) + b"\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        data["chunk_offsets_s"] = tuple(data.get("chunk_offsets_s", ()))
+        data["chunk_tokens"] = tuple(data.get("chunk_tokens", ()))
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+class RecordWriter:
+    """Appends records to ``records.jsonl`` and flushes each line, so a crash loses none."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: io.BufferedWriter = path.open("ab")  # noqa: SIM115 - closed in close()
+        self.count = 0
+
+    def write(self, record: RequestRecord) -> None:
+        self._file.write(record.to_json())
+        self._file.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_records(path: Path) -> Iterator[RequestRecord]:
+    """Records from a ``records.jsonl``; a last line cut short by a crash is skipped."""
+    with path.open("rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            yield RequestRecord.from_dict(orjson.loads(line))

@@ -1,0 +1,138 @@
+"""Renderers: a summary as console tables (rich) and as Markdown. Times shown in ms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+LATENCIES: tuple[tuple[str, str], ...] = (
+    ("ttft_s", "TTFT"),
+    ("ttft_from_schedule_s", "TTFT (from schedule)"),
+    ("tpot_s", "TPOT"),
+    ("itl_s", "ITL"),
+    ("e2e_s", "E2E latency"),
+)
+COLUMNS: tuple[str, ...] = ("mean", "p50", "p90", "p95", "p99", "p99.9", "min", "max", "std")
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:.2f}"
+
+
+def _num(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _open_loop(params: dict[str, Any]) -> bool:
+    return params.get("rate") is not None
+
+
+def _latency_rows(cell: dict[str, Any]) -> list[list[str]]:
+    m = cell["metrics"]
+    rows = []
+    for key, label in LATENCIES:
+        if key == "ttft_from_schedule_s" and not _open_loop(cell["params"]):
+            continue
+        dist = m[key]
+        rows.append([label, *(_ms(dist[c]) for c in COLUMNS)])
+    return rows
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    rate = params.get("rate")
+    return (
+        f"input {params['input_tokens']} / output {params['output_tokens']} tokens, "
+        f"concurrency {params['concurrency']}, rate {'all at once' if rate is None else f'{rate:g}/s'}"
+    )
+
+
+def _throughput_line(m: dict[str, Any]) -> str:
+    failures = ", ".join(f"{k} {v}" for k, v in m["failures_by_class"].items()) or "none"
+    parts = [
+        f"completed {m['completed']}/{m['requests']}",
+        f"failed {m['failed']} ({failures})",
+    ]
+    if m["cancelled"]:
+        parts.append(f"cancelled {m['cancelled']}")
+    parts += [
+        f"duration {m['duration_s']:.2f} s",
+        f"QPS {_num(m['request_throughput'], 3)}",
+        f"output tok/s {_num(m['output_throughput'], 1)}",
+        f"total tok/s {_num(m['total_token_throughput'], 1)}",
+        f"tokens from {m['token_count_source']}",
+    ]
+    if "goodput" in m:
+        parts.append(f"goodput {_num(m['goodput'], 3)} req/s ({m['slo_attained']:.1%} in SLO)")
+    if m["prompt_tokens_mismatched"]:
+        parts.append(
+            f"prompt length off on {m['prompt_tokens_mismatched']} requests "
+            f"(mean drift {m['prompt_tokens_drift_mean']:+.1f} tokens)"
+        )
+    if m["output_tokens_short"]:
+        parts.append(f"{m['output_tokens_short']} requests not at max_tokens")
+    return " | ".join(parts)
+
+
+def console_tables(summary: dict[str, Any]) -> list[Table | str]:
+    """One latency table per cell, its throughput line, and a sweep overview when swept."""
+    out: list[Table | str] = []
+    for cell in summary["cells"]:
+        title = f"[{cell['cell']}] {_params_text(cell['params'])}"
+        table = Table(title=title, title_justify="left")
+        table.add_column("ms", style="bold")
+        for c in COLUMNS:
+            table.add_column(c, justify="right")
+        for row in _latency_rows(cell):
+            table.add_row(*row)
+        out.append(table)
+        out.append(_throughput_line(cell["metrics"]))
+    if len(summary["cells"]) > 1:
+        table = Table(title="sweep", title_justify="left")
+        headers, rows = sweep_rows(summary)
+        for h in headers:
+            table.add_column(h, justify="right")
+        for row in rows:
+            table.add_row(*row)
+        out.append(table)
+    return out
+
+
+def sweep_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = [
+        "input", "output", "concurrency", "rate", "QPS", "output tok/s", "total tok/s",
+        "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "failed",
+    ]
+    rows = []
+    for cell in summary["cells"]:
+        p, m = cell["params"], cell["metrics"]
+        rows.append([
+            str(p["input_tokens"]), str(p["output_tokens"]), str(p["concurrency"]),
+            "-" if p["rate"] is None else f"{p['rate']:g}",
+            _num(m["request_throughput"], 3), _num(m["output_throughput"], 1),
+            _num(m["total_token_throughput"], 1),
+            _ms(m["ttft_s"]["p50"]), _ms(m["ttft_s"]["p99"]), _ms(m["tpot_s"]["p50"]),
+            _ms(m["itl_s"]["p50"]), _ms(m["itl_s"]["p99"]), str(m["failed"]),
+        ])
+    return headers, rows
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    parts = [f"# {summary['scenario']}", ""]
+    if summary.get("model"):
+        parts += [f"Model: `{summary['model']}`", ""]
+    if summary.get("interrupted"):
+        parts += ["**Interrupted**: figures cover what was measured before the stop.", ""]
+    for cell in summary["cells"]:
+        parts += [f"## [{cell['cell']}] {_params_text(cell['params'])}", ""]
+        parts += [_md_table(["ms", *COLUMNS], _latency_rows(cell)), ""]
+        parts += [_throughput_line(cell["metrics"]), ""]
+    if len(summary["cells"]) > 1:
+        parts += ["## Sweep", "", _md_table(*sweep_rows(summary)), ""]
+    return "\n".join(parts)

@@ -1,0 +1,313 @@
+"""Scenario files: pydantic models, ``load_scenario(path, overrides)`` and sweep expansion.
+
+A scenario is validated once, here, with unknown keys rejected. Validation failures become
+one ``ScenarioError`` whose message names the file, each offending field and the fix.
+``expand_cells`` turns the sweepable keys (input/output tokens, concurrency, rate) into
+concrete ``Cell`` objects, one per combination.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    model_validator,
+)
+
+from loadgen.errors import ScenarioError
+
+
+def _sweep(value: Any, *, kind: type, allow: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """Normalise a scalar-or-list field into a non-empty tuple of positive ``kind`` values."""
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ValueError("must not be an empty list")
+    out = []
+    what = "a positive integer" if kind is int else "a positive number"
+    extra = "".join(" or null" if a is None else f" or {a!r}" for a in allow)
+    for v in values:
+        if v in allow:
+            out.append(v)
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
+        if kind is int and not float(v).is_integer():
+            raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
+        if v <= 0:
+            raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
+        out.append(kind(v))
+    return tuple(out)
+
+
+def _scalar_or_list(value: tuple[Any, ...]) -> Any:
+    return value[0] if len(value) == 1 else list(value)
+
+
+_ser = PlainSerializer(_scalar_or_list)
+IntSweep = Annotated[tuple[int, ...], PlainValidator(lambda v: _sweep(v, kind=int)), _ser]
+ConcurrencySweep = Annotated[
+    tuple[int | str, ...],
+    PlainValidator(lambda v: _sweep(v, kind=int, allow=("unlimited",))),
+    _ser,
+]
+RateSweep = Annotated[
+    tuple[float | None, ...],
+    PlainValidator(lambda v: _sweep(v, kind=float, allow=(None,))),
+    _ser,
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(_Model):
+    """Client timeouts in seconds; ``None`` disables one."""
+
+    connect_s: float | None = Field(10.0, gt=0)
+    first_token_s: float | None = Field(None, gt=0)
+    between_tokens_s: float | None = Field(120.0, gt=0)
+    total_s: float | None = Field(None, gt=0)
+
+
+class Target(_Model):
+    base_url: str | None = None
+    api: Literal["completions", "chat"] = "completions"
+    model: str = "auto"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    # ask for cumulative usage on every chunk (vLLM, SGLang, loadgen sim): exact tokens per chunk
+    continuous_usage_stats: bool = True
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeouts: Timeouts = Timeouts()
+
+    @model_validator(mode="after")
+    def _check_url(self) -> Target:
+        url = self.base_url
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https:// (got {url!r})")
+        return self
+
+
+class Sampling(_Model):
+    """Sampling parameters sent with every request; unset ones are left to the server."""
+
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = None
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+class PromptFile(_Model):
+    """A JSONL file, one object per line: ``prompt`` (text), ``prompt_token_ids`` or ``messages``."""
+
+    file: Path
+
+
+class Workload(_Model):
+    num_prompts: int = Field(200, gt=0)
+    input_tokens: IntSweep = (128,)
+    output_tokens: IntSweep = (64,)
+    ignore_eos: bool = True
+    # send min_tokens = max_tokens as well (vLLM, SGLang); off for servers that reject it
+    min_tokens: bool = True
+    prompt: Literal["random-tokens", "text"] | PromptFile = "random-tokens"
+    sampling: Sampling = Sampling()
+    # half-open range [lo, hi) of token ids drawn for random-tokens prompts without a tokenizer
+    token_id_range: tuple[int, int] = (1000, 5000)
+
+    @model_validator(mode="after")
+    def _check_range(self) -> Workload:
+        lo, hi = self.token_id_range
+        if not 0 <= lo < hi:
+            raise ValueError(f"token_id_range must be [lo, hi) with 0 <= lo < hi (got {[lo, hi]})")
+        return self
+
+
+class Load(_Model):
+    concurrency: ConcurrencySweep = (1,)
+    rate: RateSweep = (None,)
+    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = Field(1.0, gt=0)
+    warmup_requests: int = Field(1, ge=0)
+    duration_s: float | None = Field(None, gt=0)
+    workers: int | Literal["auto"] = 1
+
+    @model_validator(mode="after")
+    def _check_workers(self) -> Load:
+        if isinstance(self.workers, int) and self.workers < 1:
+            raise ValueError(f"workers must be >= 1 or 'auto' (got {self.workers})")
+        return self
+
+
+class Slo(_Model):
+    """Service-level objectives in milliseconds; any given enables goodput."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2e_ms: float | None = Field(None, gt=0)
+
+
+class SimOptions(_Model):
+    ttft_ms: float = Field(50.0, ge=0)
+    itl_ms: float = Field(10.0, ge=0)
+    tokens_per_chunk: int = Field(1, ge=1)
+
+
+class Serve(_Model):
+    """How ``loadgen run`` starts the server itself (and stops it afterwards)."""
+
+    backend: Literal["sim"] = "sim"
+    host: str = "127.0.0.1"
+    port: int | None = Field(None, ge=1, le=65535)
+    ready_timeout_s: float = Field(60.0, gt=0)
+    sim: SimOptions = SimOptions()
+
+
+class Scenario(_Model):
+    name: str = "run"
+    target: Target = Target()
+    workload: Workload = Workload()
+    load: Load = Load()
+    slo: Slo | None = None
+    serve: Serve | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One concrete point of a sweep; ``concurrency=None`` is unlimited, ``rate=None`` all at once."""
+
+    index: int
+    input_tokens: int
+    output_tokens: int
+    concurrency: int | None
+    rate: float | None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "concurrency": "unlimited" if self.concurrency is None else self.concurrency,
+            "rate": self.rate,
+        }
+
+
+def expand_cells(scenario: Scenario) -> list[Cell]:
+    """One cell per combination of the swept values, in file order."""
+    w, ld = scenario.workload, scenario.load
+    combos = itertools.product(w.input_tokens, w.output_tokens, ld.concurrency, ld.rate)
+    return [
+        Cell(i, inp, out, None if conc == "unlimited" else int(conc), rate)
+        for i, (inp, out, conc, rate) in enumerate(combos)
+    ]
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"load.concurrency=64"`` -> (["load", "concurrency"], 64); the value is read as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ScenarioError(f"--set {text!r}: expected dotted.key=value, e.g. load.concurrency=64")
+    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = Scenario
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        candidates = [ann, *getattr(ann, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    """One line: ``file: a.b -> message; c -> message``."""
+    parts = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc)
+            msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        elif err["type"] not in ("value_error",) and "input" in err:
+            msg = f"{msg} (got {err['input']!r})"
+        parts.append(f"{field} -> {msg}")
+    return f"{source}: " + "; ".join(parts)
+
+
+def parse_scenario(
+    data: Any, source: str = "<scenario>", overrides: list[str] | None = None
+) -> Scenario:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: expected a mapping of keys at the top level")
+    data = apply_overrides(data, overrides or [])
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(source, exc)) from exc
+
+
+def load_scenario(path: Path | str, overrides: list[str] | None = None) -> Scenario:
+    """Read, override and validate a scenario file; relative prompt files resolve beside it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario file ({exc.strerror})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{path}: not valid YAML{where}") from exc
+    scenario = parse_scenario(data, str(path), overrides)
+    prompt = scenario.workload.prompt
+    if isinstance(prompt, PromptFile):
+        file = prompt.file if prompt.file.is_absolute() else path.parent / prompt.file
+        if not file.is_file():
+            raise ScenarioError(
+                f"{path}: workload.prompt.file -> no such file {str(file)!r}; "
+                "give a JSONL path relative to the scenario file"
+            )
+        new_workload = scenario.workload.model_copy(update={"prompt": PromptFile(file=file)})
+        scenario = scenario.model_copy(update={"workload": new_workload})
+    return scenario
+
+
+def dump_scenario(scenario: Scenario) -> str:
+    """The scenario as resolved (defaults filled in), as YAML."""
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)

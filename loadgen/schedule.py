@@ -1,0 +1,75 @@
+"""Arrival offsets: when each request should start, computed up front from the seed.
+
+Offsets are seconds from the start of the measured window. The first request starts at 0;
+request i starts after i inter-arrival gaps drawn from the chosen process:
+
+- ``constant``: every gap is ``1/rate``.
+- ``poisson``: exponential gaps with mean ``1/rate``.
+- ``gamma``: gamma gaps with shape ``burstiness`` and mean ``1/rate`` (burstiness 1 is
+  poisson; below 1 is burstier, above 1 is more regular), as vLLM's benchmark defines it.
+- ``rate=None``: every request is offered at 0 and only the concurrency limit holds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+BLOCK = 4096
+
+
+def _gaps(rng: np.random.Generator, size: int, rate: float, arrival: str, burstiness: float) -> np.ndarray:
+    if arrival == "constant":
+        return np.full(size, 1.0 / rate)
+    if arrival == "poisson":
+        return rng.exponential(1.0 / rate, size)
+    if arrival == "gamma":
+        return rng.gamma(burstiness, 1.0 / (rate * burstiness), size)
+    raise ValueError(f"unknown arrival process {arrival!r}")
+
+
+def iter_offsets(
+    rate: float | None,
+    *,
+    arrival: str = "poisson",
+    burstiness: float = 1.0,
+    seed: int = 0,
+) -> Iterator[float]:
+    """An endless stream of offsets in seconds; the same seed gives the same stream."""
+    if rate is None:
+        while True:
+            yield 0.0
+    rng = np.random.default_rng(seed)
+    t = 0.0
+    while True:
+        gaps = _gaps(rng, BLOCK, rate, arrival, burstiness)
+        starts = t + np.concatenate(([0.0], np.cumsum(gaps[:-1])))
+        t = float(starts[-1] + gaps[-1])
+        yield from starts.tolist()
+
+
+def build_schedule(
+    count: int,
+    rate: float | None,
+    *,
+    arrival: str = "poisson",
+    burstiness: float = 1.0,
+    seed: int = 0,
+) -> np.ndarray:
+    """The first ``count`` offsets of ``iter_offsets`` as an array."""
+    it = iter_offsets(rate, arrival=arrival, burstiness=burstiness, seed=seed)
+    return np.fromiter((next(it) for _ in range(count)), dtype=np.float64, count=count)
+
+
+def partition(count: int, workers: int, concurrency: int | None) -> list[tuple[range, int | None]]:
+    """Split requests 0..count-1 round-robin over workers, with their share of concurrency.
+
+    Worker k sends requests k, k+W, k+2W, ...; its concurrency is concurrency // W, the
+    remainder going to the first workers, so the shares add up to the total.
+    """
+    shares: list[tuple[range, int | None]] = []
+    for k in range(workers):
+        conc = None if concurrency is None else concurrency // workers + (k < concurrency % workers)
+        shares.append((range(k, count, workers), conc))
+    return shares

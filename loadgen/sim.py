@@ -1,0 +1,261 @@
+"""``loadgen sim``: a calibrated OpenAI-compatible server whose timing is the known truth.
+
+Token i of a request that arrived at ``a`` is sent at ``a + ttft + i * itl`` on an absolute
+schedule (sleeps target the deadline, so delays never accumulate). ``max_tokens`` is
+honoured exactly. Prompt length: a token-id prompt counts its ids; text counts whitespace
+separated words; chat adds a ChatML-like template of ``5 per message + 3`` tokens.
+
+It is a plain ASGI application served by uvicorn (httptools parser, uvloop when present).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from loadgen.workload import WORDS
+
+ASGIScope = dict[str, Any]
+CHAT_TOKENS_PER_MESSAGE = 5
+CHAT_TOKENS_GENERATION_PROMPT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    ttft_s: float = 0.050
+    itl_s: float = 0.010
+    tokens_per_chunk: int = 1
+    model: str = "loadgen-sim"
+    max_model_len: int = 1_000_000
+
+
+@dataclass(slots=True)
+class SimStats:
+    requests_total: int = 0
+    requests_completed: int = 0
+    requests_running: int = 0
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    errors_total: dict[str, int] = field(default_factory=dict)
+
+
+def count_prompt_tokens(body: dict[str, Any], chat: bool) -> int:
+    """The simulator's tokenizer: ids count one each, words one each, plus the chat template."""
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("'messages' must be a non-empty list")
+        words = 0
+        for m in messages:
+            content = m.get("content") if isinstance(m, dict) else None
+            if not isinstance(content, str):
+                raise ValueError("each message needs a string 'content'")
+            words += len(content.split())
+        return words + CHAT_TOKENS_PER_MESSAGE * len(messages) + CHAT_TOKENS_GENERATION_PROMPT
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt) and prompt:
+        return len(prompt)
+    if isinstance(prompt, str):
+        return len(prompt.split())
+    raise ValueError("'prompt' must be a string or a non-empty list of token ids")
+
+
+class SimApp:
+    """The ASGI application; one instance per server, with its counters."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.stats = SimStats()
+        self._created = int(time.time())
+
+    async def __call__(self, scope: ASGIScope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if method == "GET" and path == "/health":
+            await _respond(send, 200, b"")
+        elif method == "GET" and path == "/v1/models":
+            await _respond(send, 200, self._models())
+        elif method == "GET" and path == "/metrics":
+            await _respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
+        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+            arrival = asyncio.get_running_loop().time()
+            await self._generate(receive, send, arrival, chat=path.endswith("chat/completions"))
+        else:
+            await _respond(send, 404, _error(f"no route {method} {path}"))
+
+    def _models(self) -> bytes:
+        return orjson.dumps({
+            "object": "list",
+            "data": [{
+                "id": self.config.model, "object": "model", "created": self._created,
+                "owned_by": "loadgen", "max_model_len": self.config.max_model_len,
+            }],
+        })
+
+    def _metrics(self) -> bytes:
+        s = self.stats
+        lines = [
+            "# TYPE loadgen_sim_requests_total counter",
+            f"loadgen_sim_requests_total {s.requests_total}",
+            "# TYPE loadgen_sim_requests_completed_total counter",
+            f"loadgen_sim_requests_completed_total {s.requests_completed}",
+            "# TYPE loadgen_sim_requests_running gauge",
+            f"loadgen_sim_requests_running {s.requests_running}",
+            "# TYPE loadgen_sim_prompt_tokens_total counter",
+            f"loadgen_sim_prompt_tokens_total {s.prompt_tokens_total}",
+            "# TYPE loadgen_sim_generation_tokens_total counter",
+            f"loadgen_sim_generation_tokens_total {s.generation_tokens_total}",
+        ]
+        return ("\n".join(lines) + "\n").encode()
+
+    async def _generate(self, receive: Any, send: Any, arrival: float, chat: bool) -> None:
+        raw = b""
+        while True:
+            msg = await receive()
+            raw += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        self.stats.requests_total += 1
+        try:
+            body = orjson.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+            prompt_tokens = count_prompt_tokens(body, chat)
+            max_tokens = int(body.get("max_tokens") or 16)
+            if max_tokens < 1:
+                raise ValueError("max_tokens must be >= 1")
+        except (ValueError, TypeError) as exc:
+            await _respond(send, 400, _error(str(exc)))
+            return
+        if prompt_tokens + max_tokens > self.config.max_model_len:
+            await _respond(send, 400, _error("prompt + max_tokens exceeds max_model_len"))
+            return
+        self.stats.requests_running += 1
+        self.stats.prompt_tokens_total += prompt_tokens
+        try:
+            if body.get("stream"):
+                await self._stream(send, body, arrival, chat, prompt_tokens, max_tokens)
+            else:
+                await self._whole(send, arrival, chat, prompt_tokens, max_tokens)
+            self.stats.requests_completed += 1
+        finally:
+            self.stats.requests_running -= 1
+
+    async def _whole(
+        self, send: Any, arrival: float, chat: bool, prompt_tokens: int, max_tokens: int
+    ) -> None:
+        cfg = self.config
+        await _sleep_until(arrival + cfg.ttft_s + (max_tokens - 1) * cfg.itl_s)
+        text = "".join(" " + WORDS[i % len(WORDS)] for i in range(max_tokens))
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        self.stats.generation_tokens_total += max_tokens
+        await _respond(send, 200, orjson.dumps({
+            "id": "cmpl-sim", "object": "chat.completion" if chat else "text_completion",
+            "created": self._created, "model": self.config.model, "choices": [choice],
+            "usage": _usage(prompt_tokens, max_tokens),
+        }))
+
+    async def _stream(
+        self,
+        send: Any,
+        body: dict[str, Any],
+        arrival: float,
+        chat: bool,
+        prompt_tokens: int,
+        max_tokens: int,
+    ) -> None:
+        cfg = self.config
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage"))
+        continuous = include_usage and bool(options.get("continuous_usage_stats"))
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = (
+            f'{{"id":"cmpl-sim","object":"{obj}","created":{self._created},'
+            f'"model":"{cfg.model}","choices":['
+        ).encode()
+        await send({
+            "type": "http.response.start", "status": 200,
+            "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+        })
+        if chat:  # like vLLM: a role-only delta first, which carries no token
+            role = b'{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}'
+            await _send_event(send, head + role + b"]}")
+        step = cfg.tokens_per_chunk
+        for start in range(0, max_tokens, step):
+            end = min(start + step, max_tokens)
+            await _sleep_until(arrival + cfg.ttft_s + (end - 1) * cfg.itl_s)
+            text = "".join(" " + WORDS[i % len(WORDS)] for i in range(start, end))
+            finish = b'"length"' if end == max_tokens else b"null"
+            if chat:
+                choice = b'{"index":0,"delta":{"content":"' + text.encode() + b'"},"finish_reason":'
+            else:
+                choice = b'{"index":0,"text":"' + text.encode() + b'","logprobs":null,"finish_reason":'
+            tail = b"]}"
+            if continuous:
+                tail = b'],"usage":' + orjson.dumps(_usage(prompt_tokens, end)) + b"}"
+            await _send_event(send, head + choice + finish + b"}" + tail)
+            self.stats.generation_tokens_total += end - start
+        if include_usage:
+            usage = orjson.dumps(_usage(prompt_tokens, max_tokens))
+            await _send_event(send, head + b'],"usage":' + usage + b"}")
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _error(message: str) -> bytes:
+    return orjson.dumps({"object": "error", "message": message, "type": "BadRequestError"})
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+async def _send_event(send: Any, data: bytes) -> None:
+    await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
+
+
+async def _respond(send: Any, status: int, body: bytes, ctype: bytes = b"application/json") -> None:
+    await send({
+        "type": "http.response.start", "status": status,
+        "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+def serve_sim(config: SimConfig, host: str = "127.0.0.1", port: int = 8100) -> None:
+    """Run the simulator in the foreground until SIGINT / SIGTERM."""
+    import uvicorn
+
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:
+        loop = "asyncio"
+    uvicorn.run(
+        SimApp(config), host=host, port=port, loop=loop, http="httptools",
+        log_level="warning", access_log=False, lifespan="on",
+        timeout_keep_alive=60, backlog=4096,
+    )

@@ -1,0 +1,106 @@
+"""Prompts of an exact input token count, built up front from the seed.
+
+- completions + ``random-tokens``: token-id prompts, exact by construction (the server's
+  ``usage.prompt_tokens`` is still checked per request).
+- chat, or ``text``: words that are one token each in the common BPE vocabularies; the
+  template overhead and tokens per word are calibrated against the server
+  (``TextCalibration``), and each request's ``usage.prompt_tokens`` reports the drift.
+- ``{file: prompts.jsonl}``: prompts taken verbatim (no input length is enforced).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from loadgen.errors import ScenarioError
+from loadgen.payload import Prompt
+from loadgen.scenario import PromptFile, Workload
+
+# Words that encode to one token each (with their leading space) in the GPT-2, cl100k, Llama
+# and Qwen vocabularies, so text prompts land on their length without a tokenizer.
+WORDS: tuple[str, ...] = tuple(
+    """the of and to in is that for it with as was on be at by this had not are but from or
+    have an they which one you were her all she there would their we him been has when who
+    will more no if out so said what up its about into than them can only other new some
+    could time these two may then do first any my now such like our over man me even most
+    made after also did many before must through back years where much your way well down
+    should because each just those people how too little state good very make world still
+    own see men work long get here between both life being under never day same another know
+    while last might us great old year off come since against go came right used take three
+    """.split()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TextCalibration:
+    """Server-side length of a text prompt: ``overhead + per_word * words`` tokens."""
+
+    overhead: float = 0.0
+    per_word: float = 1.0
+
+    def words_for(self, tokens: int) -> int:
+        return max(1, round((tokens - self.overhead) / self.per_word))
+
+
+def random_words(rng: np.random.Generator, count: int) -> str:
+    idx = rng.integers(0, len(WORDS), size=count)
+    return " ".join(WORDS[i] for i in idx)
+
+
+def read_prompt_file(path: Path, limit: int) -> list[Prompt]:
+    prompts: list[Prompt] = []
+    with path.open("rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise ScenarioError(f"{path}:{lineno}: not valid JSON") from exc
+            if not isinstance(obj, dict):
+                raise ScenarioError(f"{path}:{lineno}: expected a JSON object")
+            if isinstance(obj.get("prompt_token_ids"), list):
+                prompts.append(Prompt(None, token_ids=tuple(int(t) for t in obj["prompt_token_ids"])))
+            elif isinstance(obj.get("prompt"), str):
+                prompts.append(Prompt(None, text=obj["prompt"]))
+            elif isinstance(obj.get("messages"), list):
+                prompts.append(Prompt(None, messages=tuple(obj["messages"])))
+            else:
+                raise ScenarioError(
+                    f"{path}:{lineno}: each line needs 'prompt', 'prompt_token_ids' or 'messages'"
+                )
+            if len(prompts) >= limit:
+                break
+    if not prompts:
+        raise ScenarioError(f"{path}: no prompts in file")
+    return prompts
+
+
+def build_prompts(
+    workload: Workload,
+    input_tokens: int,
+    *,
+    api: str,
+    seed: int,
+    calibration: TextCalibration = TextCalibration(),
+) -> list[Prompt]:
+    """``workload.num_prompts`` prompts of ``input_tokens`` tokens each, reproducible from seed.
+
+    The generator is seeded with (seed, input_tokens), so cells that differ only in load
+    send the very same prompts.
+    """
+    n = workload.num_prompts
+    if isinstance(workload.prompt, PromptFile):
+        pool = read_prompt_file(workload.prompt.file, n)
+        return [pool[i % len(pool)] for i in range(n)]
+    rng = np.random.default_rng((seed, input_tokens))
+    if workload.prompt == "random-tokens" and api == "completions":
+        lo, hi = workload.token_id_range
+        ids = rng.integers(lo, hi, size=(n, input_tokens))
+        return [Prompt(input_tokens, token_ids=tuple(row.tolist())) for row in ids]
+    words = calibration.words_for(input_tokens)
+    return [Prompt(input_tokens, text=random_words(rng, words)) for _ in range(n)]
