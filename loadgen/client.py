@@ -60,7 +60,7 @@ class _Stream:
         write, so under a burst the later event fires milliseconds after the server already
         has the request (measured TTFT then fell below the simulator's true TTFT).
         """
-        if event == "http11.send_request_body.complete":
+        if event == "http11.send_request_headers.started":
             self.sent_ns = time.perf_counter_ns()
 
 
