@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 unexpected loadgen error, 2 bad input, 3 server unusable,
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -38,9 +39,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-out = Console()
-err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@functools.cache
+def _console(stderr: bool) -> Console:
+    # piped output gets a fixed wide layout instead of rich's 80-column fallback
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 150)
+
+
+def out() -> Console:
+    return _console(False)
+
+
+def err() -> Console:
+    return _console(True)
 
 
 def handles_errors(fn: F) -> F:
@@ -49,10 +63,10 @@ def handles_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except LoadgenError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err().print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             if isinstance(exc, LaunchError) and exc.log_tail:
-                err.print("--- log tail ---", style="dim")
-                err.print(exc.log_tail, markup=False, highlight=False)
+                err().print("--- log tail ---", style="dim")
+                err().print(exc.log_tail, markup=False, highlight=False)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
@@ -87,7 +101,10 @@ class ProgressObserver:
         self.errors = 0
         self.recent.clear()
         p = cell.params()
-        desc = f"cell {cell.index + 1}/{cells} in={p['input_tokens']} out={p['output_tokens']} c={p['concurrency']}"
+        desc = (
+            f"cell {cell.index + 1}/{cells} in={p['input_tokens']} "
+            f"out={p['output_tokens']} c={p['concurrency']}"
+        )
         if p["rate"] is not None:
             desc += f" rate={p['rate']:g}"
         self.task = self.progress.add_task(desc, total=total, tps="-", errors=0)
@@ -115,7 +132,7 @@ class ProgressObserver:
 
 def print_summary(summary: dict[str, Any]) -> None:
     for item in console_tables(summary):
-        out.print(item, highlight=False)
+        out().print(item, highlight=False)
 
 
 @app.command()
@@ -125,7 +142,9 @@ def run(
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="server to measure, e.g. http://127.0.0.1:8000/v1")
     ] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="run directory (default runs/NAME-TIME)")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="run directory (default runs/NAME-TIME)")
+    ] = None,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="override a scenario key: dotted.key=value")
     ] = None,
@@ -137,15 +156,15 @@ def run(
 
     sc = load_scenario(scenario, overrides or [])
     run_dir = out_dir or default_run_dir(sc)
-    observer = ProgressObserver(err)
+    observer = ProgressObserver(err())
     try:
         result = execute(sc, run_dir, base_url=base_url, observer=observer, render_report=render_markdown)
     finally:
         observer.close()
     print_summary(result.summary)
-    out.print(f"run directory: {result.run_dir}", highlight=False)
+    out().print(f"run directory: {result.run_dir}", highlight=False)
     if result.interrupted:
-        err.print("interrupted: the run directory holds every request measured before the stop")
+        err().print("interrupted: the run directory holds every request measured before the stop")
         raise typer.Exit(130)
 
 
@@ -164,11 +183,12 @@ def report(
     for run_dir in run_dirs:
         summary = rebuild_summary(run_dir)
         if fmt == "json":
-            out.print(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode(), markup=False, highlight=False)
+            text = orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode()
+            out().print(text, markup=False, highlight=False)
         elif fmt == "md":
-            out.print(render_markdown(summary), markup=False, highlight=False)
+            out().print(render_markdown(summary), markup=False, highlight=False)
         else:
-            out.print(f"{run_dir}", style="bold", highlight=False)
+            out().print(f"{run_dir}", style="bold", highlight=False)
             print_summary(summary)
 
 
@@ -193,13 +213,13 @@ def sim(
         ttft_s=ttft_ms / 1e3, itl_s=itl_ms / 1e3, tokens_per_chunk=tokens_per_chunk,
         model=model, max_model_len=max_model_len,
     )
-    err.print(f"loadgen sim on http://{host}:{port}/v1 (ttft {ttft_ms:g} ms, itl {itl_ms:g} ms)")
+    err().print(f"loadgen sim on http://{host}:{port}/v1 (ttft {ttft_ms:g} ms, itl {itl_ms:g} ms)")
     serve_sim(config, host, port)
 
 
 def _version(value: bool) -> None:
     if value:
-        out.print(f"loadgen {__version__}")
+        out().print(f"loadgen {__version__}")
         raise typer.Exit()
 
 

@@ -59,7 +59,8 @@ def _prompt_len(r: RequestRecord) -> int:
 
 
 def meets_slo(r: RequestRecord, slo: Slo) -> bool:
-    assert r.sent_at is not None and r.first_token_at is not None and r.done_at is not None
+    if r.sent_at is None or r.first_token_at is None or r.done_at is None:
+        return False
     if slo.ttft_ms is not None and (r.first_token_at - r.sent_at) * 1e3 > slo.ttft_ms:
         return False
     t = tpot(r)
@@ -76,7 +77,7 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> dict[
     empty = [r for r in measured if r.ok and r.first_token_at is None]
     failed = [r for r in measured if not r.ok and r.error != "cancelled"]
     cancelled = sum(1 for r in measured if r.error == "cancelled")
-    by_class = Counter(r.error for r in failed)
+    by_class: Counter[str] = Counter(r.error or "" for r in failed)
     if empty:
         by_class["no_tokens"] = len(empty)
 
@@ -126,7 +127,7 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> dict[
         "send_lag_s": distribution(r.sent_at - r.scheduled_at for r in measured if r.sent_at is not None),
         # Qwen's single-stream "Speed(tokens/s)": output tokens over the whole request time
         "speed_tokens_per_s": distribution(
-            r.output_tokens / (r.done_at - r.sent_at)  # type: ignore[operator]
+            r.output_tokens / (r.done_at - r.sent_at)
             for r in ok
             if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
         ),

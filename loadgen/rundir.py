@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
@@ -42,7 +41,7 @@ def write_json(path: Path, data: Any) -> None:
     """Write atomically (temp file + rename), so a crash never leaves half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    os.replace(tmp, path)
+    tmp.replace(path)
 
 
 def build_summary(

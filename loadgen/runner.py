@@ -38,6 +38,7 @@ from loadgen.payload import build_payload, encode_payload
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.rundir import (
     PROVENANCE,
+    RECORDS,
     REPORT,
     SCENARIO,
     SERVER_LOG,
@@ -108,6 +109,10 @@ def execute(
             "target.base_url -> no server to measure; give --base-url, target.base_url "
             "or a serve: block"
         )
+    if (run_dir / RECORDS).exists():
+        raise UsageError(
+            f"{run_dir}: already holds a run ({RECORDS}); choose another --out or remove it"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SCENARIO).write_text(dump_scenario(scenario))
     provenance: dict[str, Any] = {
@@ -165,7 +170,7 @@ async def _run(
     pool_size = None if None in concurrencies else max(c or 1 for c in concurrencies)
     records_by_cell: dict[int, list[RequestRecord]] = {}
     summary: dict[str, Any] = {}
-    writer = RecordWriter(run_dir / "records.jsonl")
+    writer = RecordWriter(run_dir / RECORDS)
     clock_base = time.perf_counter_ns()
     provenance["clock_base_ns"] = clock_base
     try:
