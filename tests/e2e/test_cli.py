@@ -1,0 +1,139 @@
+"""The CLI as a user runs it: real processes, real loopback servers, exit codes, run directories."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from loadgen.launcher import free_port
+from loadgen.records import read_records
+from tests.conftest import StartSim
+
+ROOT = Path(__file__).parents[2]
+
+
+def loadgen(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "scenario.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("workload: {num_prompts: 10, colour: red}\n", "workload.colour -> unknown key"),
+        ("workload: {num_prompts: many}\n", "workload.num_prompts -> Input should be a valid integer"),
+        ("load: {concurrency: -2}\n", "load.concurrency -> must be a positive integer"),
+    ],
+)
+def test_bad_scenario_is_one_line_exit_2(tmp_path: Path, text: str, field: str) -> None:
+    path = write(tmp_path, text)
+    proc = loadgen("run", str(path), "--out", str(tmp_path / "run"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert str(path) in lines[0] and field in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_run_then_report_rederives_the_same_summary(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=20, itl_ms=4)
+    path = write(tmp_path, "name: t\nworkload: {num_prompts: 10, input_tokens: 16, output_tokens: 8}\n"
+                           "load: {concurrency: [1, 4]}\nslo: {ttft_ms: 100}\n")
+    run_dir = tmp_path / "run"
+    proc = loadgen("run", str(path), "--base-url", base_url, "--out", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "TTFT" in proc.stdout and "ITL" in proc.stdout and "sweep" in proc.stdout
+    for name in ("records.jsonl", "summary.json", "scenario.resolved.yaml", "provenance.json", "report.md"):
+        assert (run_dir / name).is_file(), name
+    stored = orjson.loads((run_dir / "summary.json").read_bytes())
+    assert [c["params"]["concurrency"] for c in stored["cells"]] == [1, 4]
+    provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
+    assert provenance["server_models"]["data"][0]["id"] == "loadgen-sim"
+    assert provenance["model"] == "loadgen-sim" and provenance["seed"] == 0
+
+    proc = loadgen("report", str(run_dir), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert orjson.loads(proc.stdout) == stored
+    proc = loadgen("report", str(run_dir))
+    assert proc.returncode == 0 and "TTFT" in proc.stdout
+
+    proc = loadgen("run", str(path), "--base-url", base_url, "--out", str(run_dir))
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr
+
+
+def test_sigint_mid_run_keeps_every_measured_record(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=20, itl_ms=10)
+    path = write(tmp_path, "workload: {num_prompts: 400, input_tokens: 16, output_tokens: 50}\n"
+                           "load: {concurrency: 4, warmup_requests: 0}\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "run", str(path), "--base-url", base_url, "--out", str(run_dir)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    records = run_dir / "records.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 2000):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    lines = records.read_bytes().splitlines()
+    assert all(orjson.loads(line) for line in lines)
+    recs = list(read_records(records))
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    m = summary["cells"][0]["metrics"]
+    assert summary["interrupted"] is True
+    assert 0 < m["completed"] < 400
+    # every request that was sent is on disk: completed ones and those cut by the stop
+    assert m["completed"] + m["cancelled"] + m["failed"] == len(recs)
+    assert m["cancelled"] <= 4 and m["failed"] == 0
+
+
+def test_unreachable_server(tmp_path: Path) -> None:
+    port = free_port()
+    path = write(tmp_path, "workload: {num_prompts: 3, input_tokens: 4, output_tokens: 4}\n")
+    proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path / "a"))
+    assert proc.returncode == 3
+    assert len(proc.stderr.strip().splitlines()) == 1 and "cannot list models" in proc.stderr
+
+    # with the model named, no lookup: every request is recorded as a connect failure
+    proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path / "b"),
+                   "--set", "target.model=m", "--set", "load.warmup_requests=0")
+    assert proc.returncode == 0, proc.stderr
+    m = orjson.loads((tmp_path / "b" / "summary.json").read_bytes())["cells"][0]["metrics"]
+    assert m["failures_by_class"] == {"connect": 3} and m["completed"] == 0
+
+
+def test_quickstart_launches_and_stops_the_simulator(tmp_path: Path) -> None:
+    run_dir = tmp_path / "qs"
+    proc = loadgen("run", "scenarios/quickstart.yaml", "--out", str(run_dir), "--set", "workload.num_prompts=6",
+                   "--set", "workload.output_tokens=8")
+    assert proc.returncode == 0, proc.stderr
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    assert [c["metrics"]["completed"] for c in summary["cells"]] == [6, 6]
+    provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
+    argv = provenance["server"]["argv"]
+    port = argv[argv.index("--port") + 1]
+    # the launched simulator is gone: nothing answers on its port and no such process lives
+    out = subprocess.run(["pgrep", "-f", f"loadgen sim .*--port {port}"], capture_output=True, text=True)
+    assert out.stdout.strip() == "", out.stdout
+    assert (run_dir / "server.log").is_file()
+
+
+def test_sim_rejects_bad_options() -> None:
+    proc = loadgen("sim", "--itl-ms", "-1")
+    assert proc.returncode == 2 and "--itl-ms" in proc.stderr

@@ -1,0 +1,114 @@
+"""Measured figures against the simulator's configured truth, at concurrency 1 and 64."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loadgen.records import read_records
+from loadgen.runner import execute
+from loadgen.scenario import parse_scenario
+from tests.conftest import StartSim
+
+TTFT_S, ITL_S = 0.050, 0.010
+
+
+def scenario(base_url: str, concurrency: int, prompts: int, output: int, **extra: object) -> dict[str, object]:
+    data: dict[str, object] = {
+        "name": "accuracy",
+        "target": {"base_url": base_url},
+        "workload": {"num_prompts": prompts, "input_tokens": 64, "output_tokens": output},
+        "load": {"concurrency": concurrency, "warmup_requests": 2},
+    }
+    data.update(extra)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "prompts", "output"),
+    [(1, 12, 32), (64, 256, 128)],
+)
+def test_figures_match_the_configured_truth(
+    start_sim: StartSim, tmp_path: Path, concurrency: int, prompts: int, output: int
+) -> None:
+    base_url = start_sim(ttft_ms=TTFT_S * 1e3, itl_ms=ITL_S * 1e3)
+    sc = parse_scenario(scenario(base_url, concurrency, prompts, output))
+    result = execute(sc, tmp_path / "run")
+    m = result.summary["cells"][0]["metrics"]
+
+    assert m["completed"] == prompts and m["failed"] == 0
+    assert abs(m["ttft_s"]["p50"] - TTFT_S) < 0.003
+    assert abs(m["itl_s"]["p50"] - ITL_S) < 0.001
+    assert m["output_tokens_total"] == prompts * output
+    assert m["prompt_tokens_total"] == prompts * 64
+    assert m["prompt_tokens_mismatched"] == 0 and m["output_tokens_short"] == 0
+    assert m["token_count_source"] == "usage"
+    # each slot runs requests back to back: ttft + (output - 1) * itl apiece
+    implied_qps = concurrency / (TTFT_S + (output - 1) * ITL_S)
+    assert m["request_throughput"] == pytest.approx(implied_qps, rel=0.05)
+
+    # the simulator's own count: every request, warmups and pool warm-up aside, reached it
+    metrics_text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
+    completed = next(
+        line for line in metrics_text.splitlines() if line.startswith("loadgen_sim_requests_completed_total")
+    )
+    assert int(completed.split()[1]) == prompts + 2
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    assert len(records) == prompts + 2 and sum(r.warmup for r in records) == 2
+
+
+def test_open_loop_constant_rate_sends_on_schedule(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=20, itl_ms=5)
+    data = scenario(base_url, 64, 40, 8)
+    data["load"] = {"concurrency": 64, "rate": 20, "arrival": "constant", "warmup_requests": 0}
+    result = execute(parse_scenario(data), tmp_path / "run")
+    m = result.summary["cells"][0]["metrics"]
+    records = sorted(read_records(tmp_path / "run" / "records.jsonl"), key=lambda r: r.request_id)
+    starts = [r.scheduled_at - records[0].scheduled_at for r in records]
+    assert starts == pytest.approx([i / 20 for i in range(40)], abs=1e-6)
+    # 40 requests, 1/20 s apart, each 20 ms + 7 * 5 ms long: window 39/20 + 0.055 s
+    assert m["request_throughput"] == pytest.approx(40 / (39 / 20 + 0.055), rel=0.05)
+    assert m["send_lag_s"]["p50"] < 0.005
+    assert abs(m["ttft_from_schedule_s"]["p50"] - 0.020) < 0.005
+
+
+def test_chat_prompts_calibrated_to_exact_length_and_role_delta_not_a_token(
+    start_sim: StartSim, tmp_path: Path
+) -> None:
+    base_url = start_sim(ttft_ms=30, itl_ms=5)
+    data = scenario(base_url, 4, 8, 16)
+    data["target"] = {"base_url": base_url, "api": "chat"}
+    result = execute(parse_scenario(data), tmp_path / "run")
+    m = result.summary["cells"][0]["metrics"]
+    assert m["completed"] == 8
+    assert m["prompt_tokens_checked"] == 8 and m["prompt_tokens_mismatched"] == 0
+    assert m["output_tokens_total"] == 8 * 16
+    # the role-only first delta arrives at once; counting it would put TTFT near 0
+    assert abs(m["ttft_s"]["p50"] - 0.030) < 0.003
+    assert m["chunk_token_discrepancy"] == {"requests": 0, "tokens": 0}
+
+
+def test_multi_token_chunks_counted_from_per_chunk_usage(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=30, itl_ms=5, tokens_per_chunk=3)
+    result = execute(parse_scenario(scenario(base_url, 2, 6, 10)), tmp_path / "run")
+    m = result.summary["cells"][0]["metrics"]
+    records = [r for r in read_records(tmp_path / "run" / "records.jsonl") if not r.warmup]
+    # 10 tokens in chunks of 3, 3, 3, 1
+    assert all(r.chunk_tokens == (3, 3, 3, 1) for r in records)
+    # the chunk of tokens 1-3 ends at token 3: TTFT = 30 + 2 * 5 ms
+    assert abs(m["ttft_s"]["p50"] - 0.040) < 0.003
+    # gaps of 15 ms over 3 tokens and 5 ms over 1 token: 5 ms per token either way
+    assert abs(m["itl_s"]["p50"] - 0.005) < 0.001
+    assert m["chunk_token_discrepancy"]["tokens"] == 0
+
+
+def test_without_per_chunk_usage_each_chunk_counts_one_token(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=10, itl_ms=2, tokens_per_chunk=2)
+    data = scenario(base_url, 2, 4, 8)
+    data["target"] = {"base_url": base_url, "continuous_usage_stats": False}
+    m = execute(parse_scenario(data), tmp_path / "run").summary["cells"][0]["metrics"]
+    # totals still come from the final usage chunk; per-chunk counting saw 4 chunks, not 8 tokens
+    assert m["output_tokens_total"] == 4 * 8 and m["token_count_source"] == "usage"
+    assert m["chunk_token_discrepancy"] == {"requests": 4, "tokens": 4 * 4}

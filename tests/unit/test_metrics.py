@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loadgen.metrics import distribution, itl_values, summarize, tpot
+from loadgen.records import RequestRecord
+from loadgen.scenario import Slo
+
+
+def rec(i: int, sent: float, offsets: tuple[float, ...], tokens: tuple[int, ...], done: float, **kw: object) -> RequestRecord:
+    out = sum(tokens)
+    fields: dict[str, object] = dict(
+        request_id=i, cell=0, warmup=False, scheduled_at=sent, sent_at=sent,
+        first_token_at=sent + offsets[0] if offsets else None,
+        last_token_at=sent + offsets[-1] if offsets else None, done_at=done,
+        input_tokens=10, max_tokens=out, prompt_tokens=10, output_tokens=out,
+        token_count_source="usage", chunk_tokens_total=out,
+        chunk_offsets_s=offsets, chunk_tokens=tokens,
+    )
+    fields.update(kw)
+    return RequestRecord(**fields)  # type: ignore[arg-type]
+
+
+def test_distribution_against_hand_computed_values() -> None:
+    d = distribution([1.0, 2.0, 3.0, 4.0])
+    # linear interpolation: rank = p/100 * (n-1); p50 -> 1.5 -> 2.5, p90 -> 2.7 -> 3.7
+    assert d["p50"] == pytest.approx(2.5)
+    assert d["p90"] == pytest.approx(3.7)
+    assert d["p95"] == pytest.approx(3.85)
+    assert d["p99"] == pytest.approx(3.97)
+    assert d["p99.9"] == pytest.approx(3.997)
+    assert d["mean"] == pytest.approx(2.5)
+    assert d["min"] == 1.0
+    assert d["max"] == 4.0
+    assert d["std"] == pytest.approx(math.sqrt(1.25))  # population std
+
+
+def test_distribution_of_nothing_is_all_none() -> None:
+    assert set(distribution([]).values()) == {None}
+
+
+def test_itl_divides_each_gap_by_the_tokens_of_the_later_chunk() -> None:
+    r = rec(0, 0.0, (0.1, 0.12, 0.16, 0.19), (1, 1, 2, 3), 0.2)
+    assert list(itl_values(r)) == pytest.approx([0.02, 0.02, 0.01])
+    # tpot: (0.19 - 0.1) / (7 - 1)
+    assert tpot(r) == pytest.approx(0.015)
+
+
+def test_summary_figures_by_hand() -> None:
+    records = [
+        rec(0, 0.0, (0.1, 0.2, 0.3), (1, 1, 1), 0.35),
+        rec(1, 0.5, (0.2, 0.3), (1, 3), 1.0),
+        rec(2, 0.6, (), (), 0.7, error="http_status", status=500, output_tokens=0, chunk_tokens_total=0),
+        rec(3, 0.0, (0.05,), (1,), 0.1, warmup=True),
+        rec(4, 0.7, (0.05,), (1,), None, error="cancelled", done_at=None),
+    ]
+    m = summarize(records, Slo(ttft_ms=150))
+    assert m["requests"] == 4 and m["completed"] == 2 and m["failed"] == 1 and m["cancelled"] == 1
+    assert m["failures_by_class"] == {"http_status": 1}
+    # window: first sent 0.0 to last successful done 1.0
+    assert m["duration_s"] == pytest.approx(1.0)
+    assert m["request_throughput"] == pytest.approx(2.0)
+    assert m["output_throughput"] == pytest.approx(7.0)
+    assert m["total_token_throughput"] == pytest.approx(27.0)
+    assert m["ttft_s"]["mean"] == pytest.approx(0.15)
+    assert m["e2e_s"]["max"] == pytest.approx(0.5)
+    # ITL pooled: 0.1, 0.1 from the first; 0.1 / 3 from the second
+    assert m["itl_s"]["max"] == pytest.approx(0.1)
+    assert m["itl_s"]["min"] == pytest.approx(0.1 / 3)
+    # tpot: 0.2/2 and 0.1/3
+    assert m["tpot_s"]["mean"] == pytest.approx((0.1 + 0.1 / 3) / 2)
+    # only request 0 has TTFT <= 150 ms; goodput over the 1 s window
+    assert m["goodput"] == pytest.approx(1.0)
+    assert m["slo_attained"] == pytest.approx(0.25)
+    assert m["token_count_source"] == "usage"
+
+
+def test_prompt_drift_and_chunk_discrepancy_are_reported() -> None:
+    records = [
+        rec(0, 0.0, (0.1, 0.2), (1, 1), 0.3, prompt_tokens=12),
+        rec(1, 0.0, (0.1, 0.2), (1, 1), 0.3, output_tokens=3, max_tokens=3),
+    ]
+    m = summarize(records)
+    assert m["prompt_tokens_mismatched"] == 1
+    assert m["prompt_tokens_drift_mean"] == pytest.approx(1.0)
+    assert m["chunk_token_discrepancy"] == {"requests": 1, "tokens": 1}
+    assert "goodput" not in m

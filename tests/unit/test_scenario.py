@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadgen.errors import ScenarioError
+from loadgen.scenario import expand_cells, load_scenario, parse_scenario
+
+SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
+
+
+def error_of(tmp_path: Path, text: str, overrides: list[str] | None = None) -> str:
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(write(tmp_path, text), overrides)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_unknown_key_names_file_field_and_allowed_keys(tmp_path: Path) -> None:
+    msg = error_of(tmp_path, "workload: {num_promts: 5}\n")
+    assert msg.startswith(f"{tmp_path / 's.yaml'}: workload.num_promts -> unknown key")
+    assert "num_prompts" in msg
+
+
+def test_wrong_type_and_negative_count(tmp_path: Path) -> None:
+    assert "workload.num_prompts -> " in error_of(tmp_path, "workload: {num_prompts: ten}\n")
+    msg = error_of(tmp_path, "load: {concurrency: -4}\n")
+    assert "load.concurrency -> must be a positive integer or 'unlimited'" in msg
+    assert "(got -4)" in msg
+    assert "workload.output_tokens" in error_of(tmp_path, "workload: {output_tokens: [8, 0]}\n")
+
+
+def test_bad_url_yaml_and_missing_files(tmp_path: Path) -> None:
+    assert "base_url must start with http://" in error_of(tmp_path, "target: {base_url: localhost:8000}\n")
+    assert "not valid YAML at line 2" in error_of(tmp_path, "a: 1\n  b: 2\n")
+    assert "workload.prompt.file -> no such file" in error_of(tmp_path, "workload: {prompt: {file: p.jsonl}}\n")
+    with pytest.raises(ScenarioError, match="cannot read scenario file"):
+        load_scenario(tmp_path / "absent.yaml")
+
+
+def test_overrides_parse_yaml_values_and_create_sections(tmp_path: Path) -> None:
+    sc = load_scenario(write(tmp_path, "name: x\n"), ["load.concurrency=[1, 8]", "slo.ttft_ms=200", "load.rate=2.5"])
+    assert sc.load.concurrency == (1, 8)
+    assert sc.slo is not None and sc.slo.ttft_ms == 200
+    assert sc.load.rate == (2.5,)
+    assert "--set 'oops'" in error_of(tmp_path, "name: x\n", ["oops"])
+    assert "load.concurency -> unknown key" in error_of(tmp_path, "name: x\n", ["load.concurency=3"])
+
+
+def test_sweeps_expand_to_the_cartesian_product_in_file_order() -> None:
+    sc = parse_scenario({
+        "workload": {"input_tokens": [16, 32], "output_tokens": 8},
+        "load": {"concurrency": [1, "unlimited"], "rate": [None, 4]},
+    })
+    cells = expand_cells(sc)
+    assert len(cells) == 8
+    assert [(c.input_tokens, c.concurrency, c.rate) for c in cells[:4]] == [
+        (16, 1, None), (16, 1, 4.0), (16, None, None), (16, None, 4.0),
+    ]
+    assert cells[2].params()["concurrency"] == "unlimited"
+    assert [c.index for c in cells] == list(range(8))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
+def test_every_shipped_scenario_loads(path: Path) -> None:
+    sc = load_scenario(path)
+    assert expand_cells(sc)

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loadgen.schedule import build_schedule, partition
+
+
+def test_constant_rate_offsets_are_exact() -> None:
+    assert build_schedule(5, 4.0, arrival="constant").tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_no_rate_offers_everything_at_once() -> None:
+    assert build_schedule(3, None).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_poisson_offsets_for_a_fixed_seed() -> None:
+    gaps = np.random.default_rng(7).exponential(0.5, 4096)[:3]
+    expected = [0.0, gaps[0], gaps[0] + gaps[1], gaps[0] + gaps[1] + gaps[2]]
+    assert build_schedule(4, 2.0, seed=7).tolist() == pytest.approx(expected)
+    assert build_schedule(4, 2.0, seed=7).tolist() == build_schedule(4, 2.0, seed=7).tolist()
+    assert build_schedule(4, 2.0, seed=8).tolist() != build_schedule(4, 2.0, seed=7).tolist()
+
+
+def test_gamma_mean_gap_is_one_over_rate_and_stream_continues_across_blocks() -> None:
+    offsets = build_schedule(10_000, 50.0, arrival="gamma", burstiness=0.5, seed=1)
+    gaps = np.diff(offsets)
+    assert gaps.mean() == pytest.approx(1 / 50, rel=0.05)
+    assert np.all(gaps >= 0)
+
+
+def test_partition_round_robin_with_concurrency_shares() -> None:
+    shares = partition(10, 3, 8)
+    assert [list(r) for r, _ in shares] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert [c for _, c in shares] == [3, 3, 2]
+    assert partition(4, 2, None)[0][1] is None

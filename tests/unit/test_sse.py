@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loadgen.sse import SSEParser
+
+STREAM = (
+    'data: {"choices":[{"text":"h\u00e9llo \u4e16\u754c \U0001f600"}]}\n\n'
+    ": keep-alive comment\n\n"
+    "event: message\n"
+    'data: {"a":1}\n'
+    'data: {"b":2}\n\n'
+    "data:no-space\n\n"
+    "data: [DONE]\n\n"
+).encode()
+EXPECTED = [
+    '{"choices":[{"text":"h\u00e9llo \u4e16\u754c \U0001f600"}]}'.encode(),
+    b'{"a":1}\n{"b":2}',
+    b"no-space",
+    b"[DONE]",
+]
+
+
+def feed_all(parts: list[bytes]) -> list[bytes]:
+    p = SSEParser()
+    events: list[bytes] = []
+    for part in parts:
+        events += p.feed(part)
+    return events + p.finish()
+
+
+def test_whole_stream() -> None:
+    assert feed_all([STREAM]) == EXPECTED
+
+
+def test_every_two_way_split_including_mid_utf8() -> None:
+    # the emoji and CJK characters are multi-byte: some split points fall inside them
+    for i in range(len(STREAM) + 1):
+        assert feed_all([STREAM[:i], STREAM[i:]]) == EXPECTED, i
+
+
+def test_byte_by_byte() -> None:
+    assert feed_all([bytes([b]) for b in STREAM]) == EXPECTED
+
+
+def test_crlf_and_lone_cr_line_ends_split_between_cr_and_lf() -> None:
+    crlf = STREAM.replace(b"\n", b"\r\n")
+    for i in range(len(crlf) + 1):
+        assert feed_all([crlf[:i], crlf[i:]]) == EXPECTED, i
+    assert feed_all([STREAM.replace(b"\n", b"\r")]) == EXPECTED
+
+
+def test_payload_decodes_as_utf8_after_arbitrary_split() -> None:
+    events = feed_all([STREAM[:20], STREAM[20:21], STREAM[21:]])
+    assert events[0].decode("utf-8").endswith('\U0001f600"}]}')
+
+
+def test_last_event_without_blank_line_is_returned_by_finish() -> None:
+    p = SSEParser()
+    assert p.feed(b"data: x\n\ndata: y") == [b"x"]
+    assert p.finish() == [b"y"]
+
+
+def test_lines_without_a_field_are_counted_not_emitted() -> None:
+    p = SSEParser()
+    assert p.feed(b'{"choices":[]}\n\n') == []
+    assert p.ignored_lines == 1
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
+def test_any_split_points(cuts: list[int]) -> None:
+    points = sorted(set(cuts))
+    parts = [STREAM[a:b] for a, b in zip([0, *points], [*points, len(STREAM)], strict=True)]
+    assert feed_all(parts) == EXPECTED
