@@ -44,7 +44,8 @@ def test_bad_scenario_is_one_line_exit_2(tmp_path: Path, text: str, field: str) 
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert str(path) in lines[0] and field in lines[0]
+    assert str(path) in lines[0]
+    assert field in lines[0]
     assert "Traceback" not in proc.stderr
 
 
@@ -55,23 +56,28 @@ def test_run_then_report_rederives_the_same_summary(start_sim: StartSim, tmp_pat
     run_dir = tmp_path / "run"
     proc = loadgen("run", str(path), "--base-url", base_url, "--out", str(run_dir))
     assert proc.returncode == 0, proc.stderr
-    assert "TTFT" in proc.stdout and "ITL" in proc.stdout and "sweep" in proc.stdout
+    assert "TTFT" in proc.stdout
+    assert "ITL" in proc.stdout
+    assert "sweep" in proc.stdout
     for name in ("records.jsonl", "summary.json", "scenario.resolved.yaml", "provenance.json", "report.md"):
         assert (run_dir / name).is_file(), name
     stored = orjson.loads((run_dir / "summary.json").read_bytes())
     assert [c["params"]["concurrency"] for c in stored["cells"]] == [1, 4]
     provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
     assert provenance["server_models"]["data"][0]["id"] == "loadgen-sim"
-    assert provenance["model"] == "loadgen-sim" and provenance["seed"] == 0
+    assert provenance["model"] == "loadgen-sim"
+    assert provenance["seed"] == 0
 
     proc = loadgen("report", str(run_dir), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert orjson.loads(proc.stdout) == stored
     proc = loadgen("report", str(run_dir))
-    assert proc.returncode == 0 and "TTFT" in proc.stdout
+    assert proc.returncode == 0
+    assert "TTFT" in proc.stdout
 
     proc = loadgen("run", str(path), "--base-url", base_url, "--out", str(run_dir))
-    assert proc.returncode == 2 and "already holds a run" in proc.stderr
+    assert proc.returncode == 2
+    assert "already holds a run" in proc.stderr
 
 
 def test_sigint_mid_run_keeps_every_measured_record(start_sim: StartSim, tmp_path: Path) -> None:
@@ -100,7 +106,8 @@ def test_sigint_mid_run_keeps_every_measured_record(start_sim: StartSim, tmp_pat
     assert 0 < m["completed"] < 400
     # every request that was sent is on disk: completed ones and those cut by the stop
     assert m["completed"] + m["cancelled"] + m["failed"] == len(recs)
-    assert m["cancelled"] <= 4 and m["failed"] == 0
+    assert m["cancelled"] <= 4
+    assert m["failed"] == 0
 
 
 def test_unreachable_server(tmp_path: Path) -> None:
@@ -108,14 +115,16 @@ def test_unreachable_server(tmp_path: Path) -> None:
     path = write(tmp_path, "workload: {num_prompts: 3, input_tokens: 4, output_tokens: 4}\n")
     proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path / "a"))
     assert proc.returncode == 3
-    assert len(proc.stderr.strip().splitlines()) == 1 and "cannot list models" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "cannot list models" in proc.stderr
 
     # with the model named, no lookup: every request is recorded as a connect failure
     proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path / "b"),
                    "--set", "target.model=m", "--set", "load.warmup_requests=0")
     assert proc.returncode == 0, proc.stderr
     m = orjson.loads((tmp_path / "b" / "summary.json").read_bytes())["cells"][0]["metrics"]
-    assert m["failures_by_class"] == {"connect": 3} and m["completed"] == 0
+    assert m["failures_by_class"] == {"connect": 3}
+    assert m["completed"] == 0
 
 
 def test_quickstart_launches_and_stops_the_simulator(tmp_path: Path) -> None:
@@ -136,4 +145,5 @@ def test_quickstart_launches_and_stops_the_simulator(tmp_path: Path) -> None:
 
 def test_sim_rejects_bad_options() -> None:
     proc = loadgen("sim", "--itl-ms", "-1")
-    assert proc.returncode == 2 and "--itl-ms" in proc.stderr
+    assert proc.returncode == 2
+    assert "--itl-ms" in proc.stderr

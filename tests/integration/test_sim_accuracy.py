@@ -38,12 +38,14 @@ def test_figures_match_the_configured_truth(
     result = execute(sc, tmp_path / "run")
     m = result.summary["cells"][0]["metrics"]
 
-    assert m["completed"] == prompts and m["failed"] == 0
+    assert m["completed"] == prompts
+    assert m["failed"] == 0
     assert abs(m["ttft_s"]["p50"] - TTFT_S) < 0.003
     assert abs(m["itl_s"]["p50"] - ITL_S) < 0.001
     assert m["output_tokens_total"] == prompts * output
     assert m["prompt_tokens_total"] == prompts * 64
-    assert m["prompt_tokens_mismatched"] == 0 and m["output_tokens_short"] == 0
+    assert m["prompt_tokens_mismatched"] == 0
+    assert m["output_tokens_short"] == 0
     assert m["token_count_source"] == "usage"
     # each slot runs requests back to back: ttft + (output - 1) * itl apiece
     implied_qps = concurrency / (TTFT_S + (output - 1) * ITL_S)
@@ -56,7 +58,8 @@ def test_figures_match_the_configured_truth(
     )
     assert int(completed.split()[1]) == prompts + 2
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
-    assert len(records) == prompts + 2 and sum(r.warmup for r in records) == 2
+    assert len(records) == prompts + 2
+    assert sum(r.warmup for r in records) == 2
 
 
 def test_open_loop_constant_rate_sends_on_schedule(start_sim: StartSim, tmp_path: Path) -> None:
@@ -83,7 +86,8 @@ def test_chat_prompts_calibrated_to_exact_length_and_role_delta_not_a_token(
     result = execute(parse_scenario(data), tmp_path / "run")
     m = result.summary["cells"][0]["metrics"]
     assert m["completed"] == 8
-    assert m["prompt_tokens_checked"] == 8 and m["prompt_tokens_mismatched"] == 0
+    assert m["prompt_tokens_checked"] == 8
+    assert m["prompt_tokens_mismatched"] == 0
     assert m["output_tokens_total"] == 8 * 16
     # the role-only first delta arrives at once; counting it would put TTFT near 0
     assert abs(m["ttft_s"]["p50"] - 0.030) < 0.003
@@ -110,5 +114,6 @@ def test_without_per_chunk_usage_each_chunk_counts_one_token(start_sim: StartSim
     data["target"] = {"base_url": base_url, "continuous_usage_stats": False}
     m = execute(parse_scenario(data), tmp_path / "run").summary["cells"][0]["metrics"]
     # totals still come from the final usage chunk; per-chunk counting saw 4 chunks, not 8 tokens
-    assert m["output_tokens_total"] == 4 * 8 and m["token_count_source"] == "usage"
+    assert m["output_tokens_total"] == 4 * 8
+    assert m["token_count_source"] == "usage"
     assert m["chunk_token_discrepancy"] == {"requests": 4, "tokens": 4 * 4}

@@ -57,7 +57,10 @@ def test_summary_figures_by_hand() -> None:
         rec(4, 0.7, (0.05,), (1,), None, error="cancelled", done_at=None),
     ]
     m = summarize(records, Slo(ttft_ms=150))
-    assert m["requests"] == 4 and m["completed"] == 2 and m["failed"] == 1 and m["cancelled"] == 1
+    assert m["requests"] == 4
+    assert m["completed"] == 2
+    assert m["failed"] == 1
+    assert m["cancelled"] == 1
     assert m["failures_by_class"] == {"http_status": 1}
     # window: first sent 0.0 to last successful done 1.0
     assert m["duration_s"] == pytest.approx(1.0)

@@ -24,18 +24,21 @@ def test_chat_payload_wraps_text_and_rejects_token_ids() -> None:
     body = build_payload("chat", "m", Prompt(4, text="a b"), 8, sampling=Sampling(),
                          min_tokens=False, continuous_usage_stats=False)
     assert body["messages"] == [{"role": "user", "content": "a b"}]
-    assert "min_tokens" not in body and body["stream_options"] == {"include_usage": True}
+    assert "min_tokens" not in body
+    assert body["stream_options"] == {"include_usage": True}
     with pytest.raises(ValueError, match="chat request needs text"):
         build_payload("chat", "m", Prompt(1, token_ids=(1,)), 8, sampling=Sampling())
 
 
 def test_parse_chunk_variants() -> None:
     role = parse_chunk(b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}')
-    assert role.text == "" and role.has_choices
+    assert role.text == ""
+    assert role.has_choices
     c = parse_chunk(b'{"choices":[{"text":" hi","finish_reason":null}],"usage":{"prompt_tokens":3,"completion_tokens":2}}')
     assert (c.text, c.completion_tokens, c.prompt_tokens) == (" hi", 2, 3)
     final = parse_chunk(b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}')
-    assert not final.has_choices and final.completion_tokens == 9
+    assert not final.has_choices
+    assert final.completion_tokens == 9
     err = parse_chunk(b'{"object":"error","message":"boom"}')
     assert err.error == "boom"
     for bad in (b"{not json", b"[1,2]", b'{"id":"x"}'):

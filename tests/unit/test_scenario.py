@@ -49,7 +49,8 @@ def test_bad_url_yaml_and_missing_files(tmp_path: Path) -> None:
 def test_overrides_parse_yaml_values_and_create_sections(tmp_path: Path) -> None:
     sc = load_scenario(write(tmp_path, "name: x\n"), ["load.concurrency=[1, 8]", "slo.ttft_ms=200", "load.rate=2.5"])
     assert sc.load.concurrency == (1, 8)
-    assert sc.slo is not None and sc.slo.ttft_ms == 200
+    assert sc.slo is not None
+    assert sc.slo.ttft_ms == 200
     assert sc.load.rate == (2.5,)
     assert "--set 'oops'" in error_of(tmp_path, "name: x\n", ["oops"])
     assert "load.concurency -> unknown key" in error_of(tmp_path, "name: x\n", ["load.concurency=3"])
