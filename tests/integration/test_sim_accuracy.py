@@ -117,3 +117,25 @@ def test_without_per_chunk_usage_each_chunk_counts_one_token(start_sim: StartSim
     assert m["output_tokens_total"] == 4 * 8
     assert m["token_count_source"] == "usage"
     assert m["chunk_token_discrepancy"] == {"requests": 4, "tokens": 4 * 4}
+
+
+def test_duration_caps_dispatch_and_reuses_prompts(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=1)
+    data = scenario(base_url, 8, 3, 4)
+    data["load"] = {"concurrency": 8, "rate": 10, "arrival": "constant", "duration_s": 1.0, "warmup_requests": 0}
+    m = execute(parse_scenario(data), tmp_path / "run").summary["cells"][0]["metrics"]
+    # offsets 0, 0.1, ..., 0.9 fall inside the 1 s window; the 3 prompts are cycled
+    assert m["requests"] == 10
+    assert m["completed"] == 10
+
+
+def test_first_token_timeout_is_recorded_not_raised(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=300, itl_ms=1)
+    data = scenario(base_url, 2, 4, 4)
+    data["target"] = {"base_url": base_url, "timeouts": {"first_token_s": 0.1}}
+    data["load"] = {"concurrency": 2, "warmup_requests": 0}
+    m = execute(parse_scenario(data), tmp_path / "run").summary["cells"][0]["metrics"]
+    assert m["failures_by_class"] == {"timeout": 4}
+    assert m["completed"] == 0
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    assert [r.error_detail for r in records] == ["first token"] * 4
