@@ -217,6 +217,89 @@ def sim(
     serve_sim(config, host, port)
 
 
+@app.command()
+@handles_errors
+def models() -> None:
+    """The model catalogue: aliases, hub ids, context, published quantizations, default GPUs."""
+    from rich.table import Table
+
+    from loadgen.catalogue import load_catalogue
+
+    table = Table(title="loadgen model catalogue", title_justify="left")
+    for col in ("alias", "hub id (bf16)", "params", "context", "quantizations", "GPUs bf16/int8/int4/awq"):
+        table.add_column(col)
+    for alias, e in load_catalogue().items():
+        context = f"{e.context}" + (f" ({e.long_context} YaRN)" if e.long_context else "")
+        gpus = "/".join(
+            str(e.default_gpus(q)) if q == "bf16" or q in e.quants else "-"
+            for q in ("bf16", "gptq-int8", "gptq-int4", "awq")
+        )
+        params = f"{e.params_b:g}B" + (" MoE" if e.moe else "")
+        table.add_row(alias, e.hub, params, context, ", ".join(["bf16", *e.quants]), gpus)
+    out().print(table)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@handles_errors
+def serve(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Argument(help="catalogue alias (see `loadgen models`), hub id or path")],
+    backend: Annotated[str, typer.Option(help="vllm | sglang | tgi")] = "vllm",
+    tp: Annotated[int | None, typer.Option("--tp", help="tensor parallel size (default: GPUs given)")] = None,
+    pp: Annotated[int, typer.Option("--pp", help="pipeline parallel size")] = 1,
+    gpus: Annotated[str | None, typer.Option(help="GPU indices for CUDA_VISIBLE_DEVICES, e.g. 0,1")] = None,
+    quant: Annotated[str | None, typer.Option(help="bf16 | gptq-int8 | gptq-int4 | awq | fp8 ...")] = None,
+    setting: Annotated[str | None, typer.Option(help="settings preset: default, 1..5, 64k")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="KV-cache dtype, e.g. fp8")] = None,
+    load_format: Annotated[str | None, typer.Option(help="e.g. dummy: random weights of the real architecture")] = None,
+    host: Annotated[str, typer.Option(help="address the engine binds")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port the engine listens on")] = 8000,
+    log: Annotated[Path | None, typer.Option(help="engine log file (default runs/serve-MODEL-TIME.log)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the command and env; start nothing")] = False,
+) -> None:
+    """Launch an engine with the right flags, wait until it is ready, stop it on Ctrl-C.
+
+    Extra engine arguments go after `--`.
+    """
+    import shlex
+    import signal
+    import threading
+    from datetime import datetime
+
+    from loadgen.backends import build_spec, launch_spec
+    from loadgen.launcher import LaunchedServer
+
+    spec = build_spec(
+        model, backend=backend, quant=quant, setting=setting, tp=tp, pp=pp, gpus=gpus, host=host,
+        port=port, kv_cache_dtype=kv_cache_dtype, load_format=load_format, extra_args=tuple(ctx.args),
+    )
+    launch = launch_spec(spec)
+    env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env.items())
+    command = f"{env_text} {shlex.join(launch.argv)}"
+    if dry_run:
+        out().print(command, markup=False, highlight=False, soft_wrap=True)
+        return
+    log_path = log or Path("runs") / f"serve-{spec.served_name.replace('/', '_')}-{datetime.now():%Y%m%d-%H%M%S}.log"
+    err().print(f"starting: {command}\nlog: {log_path}", markup=False, highlight=False, soft_wrap=True)
+    server = LaunchedServer(launch, log_path)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    t = time.monotonic()
+    try:
+        url = server.start()
+        out().print(f"{url}  (ready in {time.monotonic() - t:.1f} s; Ctrl-C stops it)", highlight=False)
+        while not stop.is_set() and server.proc is not None and server.proc.poll() is None:
+            stop.wait(0.5)
+    finally:
+        code = server.stop()
+    if not stop.is_set():
+        from loadgen.errors import LaunchError
+        from loadgen.launcher import tail
+
+        raise LaunchError(f"{launch.name} exited with status {code} (log: {log_path})", tail(log_path))
+
+
 def _version(value: bool) -> None:
     if value:
         out().print(f"loadgen {__version__}")

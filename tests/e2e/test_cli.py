@@ -147,3 +147,32 @@ def test_sim_rejects_bad_options() -> None:
     proc = loadgen("sim", "--itl-ms", "-1")
     assert proc.returncode == 2
     assert "--itl-ms" in proc.stderr
+
+
+def test_serve_dry_run_prints_the_exact_command() -> None:
+    proc = loadgen("serve", "qwen2-72b", "--quant", "gptq-int4", "--setting", "2", "--gpus", "3", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2-72B-Instruct-GPTQ-Int4 --host 127.0.0.1 --port 8000 "
+        "--served-model-name qwen2-72b --tensor-parallel-size 1 --dtype auto "
+        "--gpu-memory-utilization 1.0 --max-model-len 4096 --enforce-eager"
+    )
+    proc = loadgen("serve", "qwen2-57b", "--tp", "2", "--dry-run", "--", "--seed", "7")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen2-57B-A14B-Instruct ")
+    assert "--tensor-parallel-size 2" in proc.stdout
+    assert proc.stdout.strip().endswith("--seed 7")
+
+
+def test_serve_refuses_inconsistent_placement_in_one_line() -> None:
+    proc = loadgen("serve", "qwen2-57b", "--tp", "3", "--gpus", "0,1", "--dry-run")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "--tp 3 --gpus 0,1" in proc.stderr
+
+
+def test_models_lists_the_catalogue() -> None:
+    proc = loadgen("models")
+    assert proc.returncode == 0
+    for alias in ("qwen2-57b", "qwen2.5-72b", "qwen1.5-moe-a2.7b"):
+        assert alias in proc.stdout

@@ -1,0 +1,1 @@
+"""Launch data shipped with loadgen: the model catalogue and engine settings presets."""
