@@ -1,7 +1,10 @@
 """``loadgen sim``: a calibrated OpenAI-compatible server whose timing is the known truth.
 
 Token i of a request that arrived at ``a`` is sent at ``a + ttft + i * itl`` on an absolute
-schedule (sleeps target the deadline, so delays never accumulate). ``max_tokens`` is
+schedule (sleeps target the deadline, so delays never accumulate). Times come from
+``time.perf_counter`` (uvloop's loop clock has millisecond steps), and the simulator learns
+its own wake-up lateness (about 1 ms on a VM) and wakes that much early, so tokens leave on
+their deadlines rather than a millisecond after them. ``max_tokens`` is
 honoured exactly. Prompt length: a token-id prompt counts its ids; text counts whitespace
 separated words; chat adds a ChatML-like template of ``5 per message + 3`` tokens.
 
@@ -71,6 +74,18 @@ class SimApp:
         self.config = config
         self.stats = SimStats()
         self._created = int(time.time())
+        self._lead_s = 0.0  # running estimate of how late a sleep wakes up
+
+    async def _sleep_until(self, deadline: float) -> None:
+        """Sleep until ``deadline`` (perf_counter seconds), waking early by the learnt lateness."""
+        wake = deadline - self._lead_s
+        delay = wake - time.perf_counter()
+        if delay <= 0:
+            return
+        await asyncio.sleep(delay)
+        late = time.perf_counter() - wake
+        # exponential average, bounded so a stall of the whole process does not poison it
+        self._lead_s = min(max(self._lead_s + 0.05 * (late - self._lead_s), 0.0), 0.005)
 
     async def __call__(self, scope: ASGIScope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -91,7 +106,7 @@ class SimApp:
         elif method == "GET" and path == "/metrics":
             await _respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            arrival = asyncio.get_running_loop().time()
+            arrival = time.perf_counter()
             await self._generate(receive, send, arrival, chat=path.endswith("chat/completions"))
         else:
             await _respond(send, 404, _error(f"no route {method} {path}"))
@@ -158,7 +173,7 @@ class SimApp:
         self, send: Any, arrival: float, chat: bool, prompt_tokens: int, max_tokens: int
     ) -> None:
         cfg = self.config
-        await _sleep_until(arrival + cfg.ttft_s + (max_tokens - 1) * cfg.itl_s)
+        await self._sleep_until(arrival + cfg.ttft_s + (max_tokens - 1) * cfg.itl_s)
         text = "".join(" " + WORDS[i % len(WORDS)] for i in range(max_tokens))
         choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
         if chat:
@@ -200,7 +215,7 @@ class SimApp:
         step = cfg.tokens_per_chunk
         for start in range(0, max_tokens, step):
             end = min(start + step, max_tokens)
-            await _sleep_until(arrival + cfg.ttft_s + (end - 1) * cfg.itl_s)
+            await self._sleep_until(arrival + cfg.ttft_s + (end - 1) * cfg.itl_s)
             text = "".join(" " + WORDS[i % len(WORDS)] for i in range(start, end))
             finish = b'"length"' if end == max_tokens else b"null"
             if chat:
@@ -224,12 +239,6 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
 
 def _error(message: str) -> bytes:
     return orjson.dumps({"object": "error", "message": message, "type": "BadRequestError"})
-
-
-async def _sleep_until(deadline: float) -> None:
-    delay = deadline - asyncio.get_running_loop().time()
-    if delay > 0:
-        await asyncio.sleep(delay)
 
 
 async def _send_event(send: Any, data: bytes) -> None:
