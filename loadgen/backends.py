@@ -110,56 +110,59 @@ def build_spec(
     )
 
 
-def vllm_command(spec: EngineSpec) -> LaunchSpec:
+@dataclass(frozen=True, slots=True)
+class _Flags:
+    """How vLLM-like engines spell the same options."""
+
+    pp: str
+    memory: str
+    length: str
+    eager: str
+    overrides: str
+
+
+def _vllm_like(spec: EngineSpec, head: list[str], f: _Flags, tail: tuple[str, ...] = ()) -> list[str]:
     s = spec.setting
-    argv = [
-        "vllm", "serve", spec.model.checkpoint, "--host", spec.host, "--port", str(spec.port),
-        "--served-model-name", spec.served_name, "--tensor-parallel-size", str(spec.tp),
-    ]
+    argv = [*head]
     if spec.pp > 1:
-        argv += ["--pipeline-parallel-size", str(spec.pp)]
+        argv += [f.pp, str(spec.pp)]
     argv += ["--dtype", spec.dtype]
-    if spec.model.quant == "fp8":  # GPTQ / AWQ checkpoints declare their method; vLLM reads it
+    if spec.model.quant == "fp8":  # GPTQ / AWQ checkpoints declare their method; the engine reads it
         argv += ["--quantization", "fp8"]
-    argv += ["--gpu-memory-utilization", str(float(s.gpu_memory_utilization)), "--max-model-len", str(s.max_model_len)]
+    argv += [f.memory, str(float(s.gpu_memory_utilization)), f.length, str(s.max_model_len), *tail]
     if s.enforce_eager:
-        argv.append("--enforce-eager")
+        argv.append(f.eager)
     if spec.kv_cache_dtype:
         argv += ["--kv-cache-dtype", spec.kv_cache_dtype]
     if spec.load_format:
         argv += ["--load-format", spec.load_format]
     if spec.rope:
-        argv += ["--hf-overrides", json.dumps({"rope_scaling": spec.rope}, separators=(",", ":"))]
-    argv += spec.extra_args
+        argv += [f.overrides, json.dumps({"rope_scaling": spec.rope}, separators=(",", ":"))]
+    return argv + list(spec.extra_args)
+
+
+VLLM_FLAGS = _Flags("--pipeline-parallel-size", "--gpu-memory-utilization", "--max-model-len", "--enforce-eager",
+                    "--hf-overrides")
+SGLANG_FLAGS = _Flags("--pp-size", "--mem-fraction-static", "--context-length", "--disable-cuda-graph",
+                      "--json-model-override-args")
+
+
+def vllm_command(spec: EngineSpec) -> LaunchSpec:
+    head = [
+        "vllm", "serve", spec.model.checkpoint, "--host", spec.host, "--port", str(spec.port),
+        "--served-model-name", spec.served_name, "--tensor-parallel-size", str(spec.tp),
+    ]
+    argv = _vllm_like(spec, head, VLLM_FLAGS)
     return LaunchSpec(tuple(argv), spec.host, spec.port, spec.env, spec.ready_timeout_s, "vllm")
 
 
 def sglang_command(spec: EngineSpec) -> LaunchSpec:
-    s = spec.setting
-    argv = [
+    head = [
         sys.executable, "-m", "sglang.launch_server", "--model-path", spec.model.checkpoint,
         "--host", spec.host, "--port", str(spec.port), "--served-model-name", spec.served_name,
         "--tp", str(spec.tp),
     ]
-    if spec.pp > 1:
-        argv += ["--pp-size", str(spec.pp)]
-    argv += ["--dtype", spec.dtype]
-    method = QUANT_METHOD.get(spec.model.quant)
-    if method == "fp8":
-        argv += ["--quantization", "fp8"]
-    argv += [
-        "--mem-fraction-static", str(float(s.gpu_memory_utilization)),
-        "--context-length", str(s.max_model_len), "--enable-metrics",
-    ]
-    if s.enforce_eager:
-        argv.append("--disable-cuda-graph")
-    if spec.kv_cache_dtype:
-        argv += ["--kv-cache-dtype", spec.kv_cache_dtype]
-    if spec.load_format:
-        argv += ["--load-format", spec.load_format]
-    if spec.rope:
-        argv += ["--json-model-override-args", json.dumps({"rope_scaling": spec.rope}, separators=(",", ":"))]
-    argv += spec.extra_args
+    argv = _vllm_like(spec, head, SGLANG_FLAGS, ("--enable-metrics",))
     return LaunchSpec(tuple(argv), spec.host, spec.port, spec.env, spec.ready_timeout_s, "sglang")
 
 
