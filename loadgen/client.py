@@ -113,7 +113,8 @@ class StreamingClient:
         error: FailureClass | None = None
         detail: str | None = None
         loop = asyncio.get_running_loop()
-        first_deadline = self._first_token_s or self._total_s
+        limits = [t for t in (self._first_token_s, self._total_s) if t is not None]
+        first_deadline = min(limits) if limits else None
         try:
             async with asyncio.timeout(None) as scope:
                 st.sent_ns = time.perf_counter_ns()  # replaced by the trace hook once written
@@ -148,7 +149,12 @@ class StreamingClient:
         emit(self._record(req, request_id, scheduled_ns, st, error, detail))
 
     async def open_connections(self, count: int) -> None:
-        """Open ``count`` keep-alive connections before the measured window (cheap GETs)."""
+        """Open ``count`` keep-alive connections before the measured window (cheap GETs).
+
+        They serve the first request of each concurrency slot. A streamed request closes its
+        connection at [DONE] (see ``_read_stream``), so later requests connect afresh; their
+        ``sent_at`` is taken once the connection is open, so TTFT holds no connect time.
+        """
 
         async def one() -> None:
             try:
@@ -245,9 +251,8 @@ class StreamingClient:
         sent = st.sent_ns
         chunk_total = sum(st.chunk_tokens)
         source: TokenSource = "usage" if st.usage_completion is not None else "chunks"
+        # the server's count where it sent one (per chunk or at the end), else what arrived
         output = st.usage_completion if st.usage_completion is not None else chunk_total
-        if error is not None and st.usage_completion is None:
-            output = chunk_total  # partial stream: what actually arrived
         return RequestRecord(
             request_id=request_id,
             cell=req.cell,

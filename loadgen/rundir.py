@@ -44,6 +44,17 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
+def cell_summary(scenario: Scenario, cell: Cell, records: list[RequestRecord]) -> dict[str, Any]:
+    """One entry of ``summary.json: cells``."""
+    return {"cell": cell.index, "params": cell.params(), "metrics": summarize(records, scenario.slo)}
+
+
+def assemble_summary(
+    scenario: Scenario, cells: list[dict[str, Any]], *, model: str | None, interrupted: bool
+) -> dict[str, Any]:
+    return {"scenario": scenario.name, "model": model, "interrupted": interrupted, "cells": cells}
+
+
 def build_summary(
     scenario: Scenario,
     records_by_cell: dict[int, list[RequestRecord]],
@@ -51,24 +62,13 @@ def build_summary(
     model: str | None,
     interrupted: bool,
 ) -> dict[str, Any]:
-    """``summary.json`` from records: the one function both a run and ``report`` use."""
-    cells: list[Cell] = expand_cells(scenario)
-    out = []
-    for cell in cells:
-        records = records_by_cell.get(cell.index)
-        if records is None:
-            continue
-        out.append({
-            "cell": cell.index,
-            "params": cell.params(),
-            "metrics": summarize(records, scenario.slo),
-        })
-    return {
-        "scenario": scenario.name,
-        "model": model,
-        "interrupted": interrupted,
-        "cells": out,
-    }
+    """``summary.json`` from records; a run builds the same entries cell by cell as it goes."""
+    entries = [
+        cell_summary(scenario, cell, records_by_cell[cell.index])
+        for cell in expand_cells(scenario)
+        if cell.index in records_by_cell
+    ]
+    return assemble_summary(scenario, entries, model=model, interrupted=interrupted)
 
 
 def load_run(run_dir: Path) -> tuple[Scenario, dict[int, list[RequestRecord]], dict[str, Any]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+import numpy as np
 
 from loadgen import __version__
 from loadgen.client import (
@@ -34,7 +35,7 @@ from loadgen.client import (
 from loadgen.engine import LoadPlan, run_load
 from loadgen.errors import ScenarioError, TargetError, UsageError
 from loadgen.launcher import LaunchedServer, sim_spec
-from loadgen.payload import build_payload, encode_payload
+from loadgen.payload import Prompt, build_payload, encode_payload
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.rundir import (
     PROVENANCE,
@@ -43,10 +44,11 @@ from loadgen.rundir import (
     SCENARIO,
     SERVER_LOG,
     SUMMARY,
-    build_summary,
+    assemble_summary,
+    cell_summary,
     write_json,
 )
-from loadgen.scenario import Cell, PromptFile, Scenario, dump_scenario, expand_cells
+from loadgen.scenario import Cell, PromptFile, Scenario, Target, dump_scenario, expand_cells
 from loadgen.schedule import iter_offsets
 from loadgen.workload import TextCalibration, build_prompts, random_words
 
@@ -168,11 +170,14 @@ async def _run(
     cells = expand_cells(scenario)
     concurrencies = [c.concurrency for c in cells]
     pool_size = None if None in concurrencies else max(c or 1 for c in concurrencies)
-    records_by_cell: dict[int, list[RequestRecord]] = {}
-    summary: dict[str, Any] = {}
+    entries: list[dict[str, Any]] = []
     writer = RecordWriter(run_dir / RECORDS)
     clock_base = time.perf_counter_ns()
     provenance["clock_base_ns"] = clock_base
+
+    def summary_now() -> dict[str, Any]:
+        return assemble_summary(scenario, entries, model=provenance.get("model"), interrupted=stop.is_set())
+
     try:
         async with build_http_client(target, pool_size) as http:
             model = await _resolve_model(http, base_url, target.model, api_key, provenance, target)
@@ -189,25 +194,28 @@ async def _run(
                 if stop.is_set():
                     break
                 records: list[RequestRecord] = []
-                records_by_cell[cell.index] = records
 
                 def emit(r: RequestRecord, records: list[RequestRecord] = records) -> None:
                     writer.write(r)
                     records.append(r)
                     obs.record(r)
 
-                await _run_cell(client, scenario, cell, model, calibration, emit, stop, obs, len(cells))
-                summary = build_summary(scenario, records_by_cell, model=model, interrupted=stop.is_set())
-                _write_outputs(run_dir, summary, render_report)
-                obs.cell_finished(cell, summary["cells"][-1]["metrics"])
+                try:
+                    await _run_cell(client, scenario, cell, model, calibration, emit, stop, obs, len(cells))
+                finally:
+                    # each cell is summarised once, also when the run breaks off inside it
+                    if records:
+                        entries.append(cell_summary(scenario, cell, records))
+                _write_outputs(run_dir, summary_now(), render_report)
+                if records:
+                    obs.cell_finished(cell, entries[-1]["metrics"])
     finally:
         writer.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-    interrupted = stop.is_set()
-    summary = build_summary(scenario, records_by_cell, model=provenance.get("model"), interrupted=interrupted)
-    _write_outputs(run_dir, summary, render_report)
-    return summary, interrupted
+        if writer.count:
+            _write_outputs(run_dir, summary_now(), render_report)
+    return summary_now(), stop.is_set()
 
 
 def _write_outputs(
@@ -224,7 +232,7 @@ async def _resolve_model(
     wanted: str,
     api_key: str | None,
     provenance: dict[str, Any],
-    target: Any,
+    target: Target,
 ) -> str:
     try:
         models = await fetch_models(http, base_url, auth_headers(target, api_key))
@@ -255,10 +263,6 @@ def _needs_calibration(scenario: Scenario) -> bool:
 
 async def _calibrate(client: StreamingClient, scenario: Scenario, model: str) -> TextCalibration:
     """Two probes (16 and 48 words) give the template overhead and tokens per word."""
-    import numpy as np
-
-    from loadgen.payload import Prompt
-
     rng = np.random.default_rng(scenario.seed)
     seen: list[RequestRecord] = []
     points = []

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -43,7 +43,6 @@ class SimStats:
     requests_running: int = 0
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
-    errors_total: dict[str, int] = field(default_factory=dict)
 
 
 def count_prompt_tokens(body: dict[str, Any], chat: bool) -> int:
