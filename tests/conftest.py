@@ -25,3 +25,17 @@ def start_sim(tmp_path: Path) -> Iterator[StartSim]:
     yield start
     for server in servers:
         server.stop()
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """PIDs still running in a process group; zombies (dead, not yet reaped by init) excluded."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited while we looked
+        state, group = fields[0], int(fields[2])
+        if group == pgid and state != "Z":
+            pids.append(int(stat.parent.name))
+    return pids

@@ -176,3 +176,16 @@ def test_models_lists_the_catalogue() -> None:
     assert proc.returncode == 0
     for alias in ("qwen2-57b", "qwen2.5-72b", "qwen1.5-moe-a2.7b"):
         assert alias in proc.stdout
+
+
+def test_serve_refuses_a_busy_port_with_exit_3() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = loadgen("serve", "qwen2.5-7b", "--port", str(port))
+    assert proc.returncode == 3
+    assert f"port {port} on 127.0.0.1 is already in use" in proc.stderr
+    assert "Traceback" not in proc.stderr

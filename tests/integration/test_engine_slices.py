@@ -1,0 +1,44 @@
+"""The engine runs any slice of a schedule: what worker processes will each be given."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from loadgen.client import PreparedRequest, StreamingClient, build_http_client
+from loadgen.engine import LoadPlan, run_load
+from loadgen.payload import Prompt, build_payload, encode_payload
+from loadgen.records import RequestRecord
+from loadgen.scenario import Sampling, Target
+from loadgen.schedule import iter_offsets, partition
+from tests.conftest import StartSim
+
+
+def test_slices_of_a_schedule_add_up_to_the_whole(start_sim: StartSim) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=1)
+    body = encode_payload(build_payload("completions", "loadgen-sim", Prompt(4, token_ids=(1, 2, 3, 4)), 3,
+                                        sampling=Sampling()))
+    pool = [PreparedRequest(0, body, 4, 3)]
+
+    async def run_slices() -> list[list[RequestRecord]]:
+        target = Target(base_url=base_url)
+        out: list[list[RequestRecord]] = []
+        async with build_http_client(target, 8) as http:
+            start = time.perf_counter_ns()
+            client = StreamingClient(http, target, base_url, clock_base_ns=start)
+            for indices, conc in partition(10, 3, 6):
+                records: list[RequestRecord] = []
+                plan = LoadPlan(pool, iter_offsets(50.0, arrival="constant"), 10, conc)
+                await run_load(client, plan, start_ns=start, emit=records.append, stop=asyncio.Event(),
+                               indices=iter(indices))
+                out.append(records)
+        return out
+
+    slices = asyncio.run(run_slices())
+    assert [sorted(r.request_id for r in s) for s in slices] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    # each request keeps its place on the shared schedule: offset i / 50 s from the same start
+    for s in slices:
+        for r in s:
+            assert abs(r.scheduled_at - r.request_id / 50) < 1e-6
+            assert r.ok
+            assert r.output_tokens == 3
