@@ -8,6 +8,7 @@ the in-flight request has been recorded as ``cancelled``.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,14 +65,45 @@ class _Stream:
             self.sent_ns = time.perf_counter_ns()
 
 
-def build_http_client(target: Target, concurrency: int | None) -> httpx.AsyncClient:
-    t = target.timeouts
-    timeout = httpx.Timeout(
-        connect=t.connect_s, read=t.between_tokens_s, write=t.between_tokens_s, pool=None
-    )
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    # trust_env=False: a proxy from the environment would sit inside every measured latency
-    return httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
+class ConnectionPool:
+    """One keep-alive connection per concurrent stream, handed out from a free list.
+
+    httpx's shared pool scans every connection for every queued request: at 64 streams that
+    was 4.8 million ``is_idle`` calls for 2,072 requests and cost 40% of the throughput
+    (benchmarks/client_overhead.py). Here each stream borrows a single-connection client,
+    so a request finds its connection in O(1) and keeps it alive for the next one.
+    """
+
+    def __init__(self, target: Target) -> None:
+        t = target.timeouts
+        self._timeout = httpx.Timeout(
+            connect=t.connect_s, read=t.between_tokens_s, write=t.between_tokens_s, pool=None
+        )
+        self._free: list[httpx.AsyncClient] = []
+        self._all: list[httpx.AsyncClient] = []
+        # one TLS context for all streams: httpx builds one per client otherwise (25 ms each)
+        self._ssl: ssl.SSLContext | None = None
+
+    def acquire(self) -> httpx.AsyncClient:
+        if self._free:
+            return self._free.pop()
+        # trust_env=False: a proxy from the environment would sit inside every measured latency
+        if self._ssl is None:
+            self._ssl = httpx.create_ssl_context()
+        http = httpx.AsyncClient(
+            timeout=self._timeout, trust_env=False, verify=self._ssl,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+        )
+        self._all.append(http)
+        return http
+
+    def release(self, http: httpx.AsyncClient) -> None:
+        self._free.append(http)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(h.aclose() for h in self._all))
+        self._all.clear()
+        self._free.clear()
 
 
 def auth_headers(target: Target, api_key: str | None) -> dict[str, str]:
@@ -86,20 +118,38 @@ class StreamingClient:
 
     def __init__(
         self,
-        http: httpx.AsyncClient,
         target: Target,
         base_url: str,
         *,
         clock_base_ns: int,
         api_key: str | None = None,
     ) -> None:
-        self._http = http
+        self._pool = ConnectionPool(target)
         self._url = base_url.rstrip("/") + ENDPOINTS[target.api]
         self._models_url = base_url.rstrip("/") + "/models"
         self._headers = auth_headers(target, api_key)
         self._first_token_s = target.timeouts.first_token_s
         self._total_s = target.timeouts.total_s
         self._base = clock_base_ns
+
+    async def __aenter__(self) -> StreamingClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._pool.aclose()
+
+    async def fetch_models(self) -> dict[str, Any]:
+        """``GET {base_url}/models``; raises ``httpx.HTTPError`` or ``ValueError``."""
+        http = self._pool.acquire()
+        try:
+            resp = await http.get(self._models_url, headers=self._headers)
+        finally:
+            self._pool.release(http)
+        resp.raise_for_status()
+        data = resp.json()
+        if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+            raise ValueError("not an OpenAI /models answer")
+        return data
 
     async def send(
         self,
@@ -115,13 +165,14 @@ class StreamingClient:
         loop = asyncio.get_running_loop()
         limits = [t for t in (self._first_token_s, self._total_s) if t is not None]
         first_deadline = min(limits) if limits else None
+        http = self._pool.acquire()
         try:
             async with asyncio.timeout(None) as scope:
                 st.sent_ns = time.perf_counter_ns()  # replaced by the trace hook once written
                 st.start_loop = loop.time()
                 if first_deadline is not None:
                     scope.reschedule(st.start_loop + first_deadline)
-                async with self._http.stream(
+                async with http.stream(
                     "POST", self._url, content=req.body, headers=self._headers,
                     extensions=st.extensions,
                 ) as resp:
@@ -146,23 +197,26 @@ class StreamingClient:
         except httpx.HTTPError as exc:
             error = "connect" if st.status is None else "stream_cut"
             detail = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._pool.release(http)  # after a failure httpcore has dropped the connection
         emit(self._record(req, request_id, scheduled_ns, st, error, detail))
 
     async def open_connections(self, count: int) -> None:
-        """Open ``count`` keep-alive connections before the measured window (cheap GETs).
+        """Open ``count`` keep-alive connections before the measured window (cheap GETs),
+        so TTFT holds no connection setup."""
+        clients = [self._pool.acquire() for _ in range(count)]
 
-        They serve the first request of each concurrency slot. A streamed request closes its
-        connection at [DONE] (see ``_read_stream``), so later requests connect afresh; their
-        ``sent_at`` is taken once the connection is open, so TTFT holds no connect time.
-        """
-
-        async def one() -> None:
+        async def one(http: httpx.AsyncClient) -> None:
             try:
-                await self._http.get(self._models_url, headers=self._headers)
+                await http.get(self._models_url, headers=self._headers)
             except httpx.HTTPError:
                 pass  # the measured requests will record what is wrong
 
-        await asyncio.gather(*(one() for _ in range(count)))
+        try:
+            await asyncio.gather(*(one(h) for h in clients))
+        finally:
+            for h in clients:
+                self._pool.release(h)
 
     async def _read_stream(
         self,
@@ -173,20 +227,22 @@ class StreamingClient:
     ) -> tuple[FailureClass | None, str | None]:
         parser = SSEParser()
         now = time.perf_counter_ns
-        # Returning at [DONE] leaves the chunked terminator unread, so httpcore closes the
-        # connection and the next request opens a new one (sent_at is taken after connect,
-        # so TTFT holds no connect time). Draining to keep it alive measured slower: at 64
-        # keep-alive connections httpcore's pool bookkeeping cost ~2 ms CPU per request.
+        result: tuple[FailureClass | None, str | None] | None = None
         async for raw in resp.aiter_raw():
+            if result is not None:
+                continue  # the chunked terminator after [DONE]: read it so the connection is kept
             t = now()
             for data in parser.feed(raw):
                 if data == DONE:
                     st.done_ns = t
-                    return None, None
+                    result = (None, None)
+                    break
                 failure = self._on_chunk(data, t, st, scope, loop)
                 if failure is not None:
                     st.done_ns = t
                     return failure
+        if result is not None:
+            return result
         t = now()
         for data in parser.finish():
             if data == DONE:
@@ -279,15 +335,3 @@ class StreamingClient:
 def _snippet(body: bytes) -> str:
     text = body[:300].decode("utf-8", "replace").strip().replace("\n", " ")
     return text or "(empty body)"
-
-
-async def fetch_models(
-    http: httpx.AsyncClient, base_url: str, headers: dict[str, str]
-) -> dict[str, Any]:
-    """``GET {base_url}/models``; raises ``httpx.HTTPError`` or ``ValueError``."""
-    resp = await http.get(base_url.rstrip("/") + "/models", headers=headers)
-    resp.raise_for_status()
-    data = resp.json()
-    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise ValueError("not an OpenAI /models answer")
-    return data

@@ -25,13 +25,7 @@ import httpx
 import numpy as np
 
 from loadgen import __version__
-from loadgen.client import (
-    PreparedRequest,
-    StreamingClient,
-    auth_headers,
-    build_http_client,
-    fetch_models,
-)
+from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.engine import LoadPlan, run_load
 from loadgen.errors import ScenarioError, TargetError, UsageError
 from loadgen.launcher import LaunchedServer, sim_spec
@@ -48,7 +42,7 @@ from loadgen.rundir import (
     cell_summary,
     write_json,
 )
-from loadgen.scenario import Cell, PromptFile, Scenario, Target, dump_scenario, expand_cells
+from loadgen.scenario import Cell, PromptFile, Scenario, dump_scenario, expand_cells
 from loadgen.schedule import iter_offsets
 from loadgen.workload import TextCalibration, build_prompts, random_words
 
@@ -168,8 +162,6 @@ async def _run(
     target = scenario.target
     api_key = os.environ.get(target.api_key_env) if target.api_key_env else None
     cells = expand_cells(scenario)
-    concurrencies = [c.concurrency for c in cells]
-    pool_size = None if None in concurrencies else max(c or 1 for c in concurrencies)
     entries: list[dict[str, Any]] = []
     writer = RecordWriter(run_dir / RECORDS)
     clock_base = time.perf_counter_ns()
@@ -179,11 +171,10 @@ async def _run(
         return assemble_summary(scenario, entries, model=provenance.get("model"), interrupted=stop.is_set())
 
     try:
-        async with build_http_client(target, pool_size) as http:
-            model = await _resolve_model(http, base_url, target.model, api_key, provenance, target)
+        async with StreamingClient(target, base_url, clock_base_ns=clock_base, api_key=api_key) as client:
+            model = await _resolve_model(client, base_url, target.model, provenance)
             provenance["model"] = model
             write_json(run_dir / PROVENANCE, provenance)
-            client = StreamingClient(http, target, base_url, clock_base_ns=clock_base, api_key=api_key)
             calibration = TextCalibration()
             if _needs_calibration(scenario):
                 calibration = await _calibrate(client, scenario, model)
@@ -227,15 +218,10 @@ def _write_outputs(
 
 
 async def _resolve_model(
-    http: httpx.AsyncClient,
-    base_url: str,
-    wanted: str,
-    api_key: str | None,
-    provenance: dict[str, Any],
-    target: Target,
+    client: StreamingClient, base_url: str, wanted: str, provenance: dict[str, Any]
 ) -> str:
     try:
-        models = await fetch_models(http, base_url, auth_headers(target, api_key))
+        models = await client.fetch_models()
     except (httpx.HTTPError, ValueError) as exc:
         reason = str(exc) or type(exc).__name__
         if wanted == "auto":

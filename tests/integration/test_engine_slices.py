@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from loadgen.client import PreparedRequest, StreamingClient, build_http_client
+from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.engine import LoadPlan, run_load
 from loadgen.payload import Prompt, build_payload, encode_payload
 from loadgen.records import RequestRecord
@@ -23,9 +23,8 @@ def test_slices_of_a_schedule_add_up_to_the_whole(start_sim: StartSim) -> None:
     async def run_slices() -> list[list[RequestRecord]]:
         target = Target(base_url=base_url)
         out: list[list[RequestRecord]] = []
-        async with build_http_client(target, 8) as http:
-            start = time.perf_counter_ns()
-            client = StreamingClient(http, target, base_url, clock_base_ns=start)
+        start = time.perf_counter_ns()
+        async with StreamingClient(target, base_url, clock_base_ns=start) as client:
             for indices, conc in partition(10, 3, 6):
                 records: list[RequestRecord] = []
                 plan = LoadPlan(pool, iter_offsets(50.0, arrival="constant"), 10, conc)
