@@ -3,7 +3,8 @@
 For each case it reports TTFT / ITL p50 against the simulator's configured truth, QPS
 against what the configuration implies (concurrency / (ttft + (n-1) * itl) for a closed
 loop), and the client's CPU time per 1,000 streamed chunks. It also reports how late an
-asyncio sleep wakes on this machine, the floor under every timing figure.
+asyncio sleep wakes on this machine, the floor under every timing figure, and how late the
+simulator's own chunks left (its error as an instrument).
 
     python benchmarks/client_overhead.py [--out results.json]
 
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 
 from loadgen.launcher import LaunchedServer, sim_spec
@@ -45,6 +47,14 @@ async def sleep_lateness_ms(samples: int = 30) -> float:
     return statistics.median(late)
 
 
+def sim_lateness(base_url: str) -> tuple[float, float]:
+    """The simulator's cumulative (count, sum seconds) of how late its chunks left."""
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
+    values = dict(line.split() for line in text.splitlines() if line and line[0] != "#")
+    prefix = "loadgen_sim_chunk_lateness_seconds"
+    return float(values[f"{prefix}_count"]), float(values[f"{prefix}_sum"])
+
+
 def run_case(base_url: str, concurrency: int, prompts: int, output: int, work: Path) -> dict[str, Any]:
     scenario = parse_scenario({
         "name": f"c{concurrency}-o{output}",
@@ -53,9 +63,11 @@ def run_case(base_url: str, concurrency: int, prompts: int, output: int, work: P
         "load": {"concurrency": concurrency, "warmup_requests": 2},
     })
     run_dir = work / scenario.name
+    before = sim_lateness(base_url)
     cpu = time.process_time()
     result = execute(scenario, run_dir)
     cpu = time.process_time() - cpu
+    after = sim_lateness(base_url)
     m = result.summary["cells"][0]["metrics"]
     chunks = sum(len(r.chunk_tokens) for r in read_records(run_dir / "records.jsonl"))
     implied = concurrency / (TTFT_S + (output - 1) * ITL_S)
@@ -65,6 +77,7 @@ def run_case(base_url: str, concurrency: int, prompts: int, output: int, work: P
         "qps": m["request_throughput"], "qps_implied": implied,
         "qps_error_pct": (m["request_throughput"] / implied - 1) * 100,
         "client_cpu_s": cpu, "chunks": chunks, "client_cpu_ms_per_1k_chunks": cpu / chunks * 1e6,
+        "sim_chunk_lateness_mean_ms": (after[1] - before[1]) / max(after[0] - before[0], 1) * 1e3,
     }
 
 
@@ -86,14 +99,14 @@ def main() -> None:
     print(f"asyncio.sleep wakes {lateness:.2f} ms late (median) on this machine")
     print(f"sim: TTFT {TTFT_S * 1e3:g} ms, ITL {ITL_S * 1e3:g} ms, 64 input tokens\n")
     header = ("conc", "prompts", "out", "TTFT p50 ms", "ITL p50 ms", "QPS", "implied", "QPS err %",
-              "client CPU s", "CPU ms / 1k chunks")
+              "client CPU s", "CPU ms / 1k chunks", "sim late ms")
     print(" | ".join(header))
     for r in rows:
         print(" | ".join([
             str(r["concurrency"]), str(r["prompts"]), str(r["output_tokens"]),
             f"{r['ttft_p50_ms']:.2f}", f"{r['itl_p50_ms']:.2f}", f"{r['qps']:.1f}",
             f"{r['qps_implied']:.1f}", f"{r['qps_error_pct']:+.1f}", f"{r['client_cpu_s']:.2f}",
-            f"{r['client_cpu_ms_per_1k_chunks']:.0f}",
+            f"{r['client_cpu_ms_per_1k_chunks']:.0f}", f"{r['sim_chunk_lateness_mean_ms']:.2f}",
         ]))
     if args.out:
         args.out.write_bytes(orjson.dumps({"sleep_lateness_ms": lateness, "cases": rows}, option=orjson.OPT_INDENT_2))
