@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
@@ -55,7 +56,14 @@ def sim_lateness(base_url: str) -> tuple[float, float]:
     return float(values[f"{prefix}_count"]), float(values[f"{prefix}_sum"])
 
 
-def run_case(base_url: str, concurrency: int, prompts: int, output: int, work: Path) -> dict[str, Any]:
+def process_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_case(
+    base_url: str, sim_pid: int, concurrency: int, prompts: int, output: int, work: Path
+) -> dict[str, Any]:
     scenario = parse_scenario({
         "name": f"c{concurrency}-o{output}",
         "target": {"base_url": base_url},
@@ -64,10 +72,12 @@ def run_case(base_url: str, concurrency: int, prompts: int, output: int, work: P
     })
     run_dir = work / scenario.name
     before = sim_lateness(base_url)
+    sim_cpu = process_cpu_s(sim_pid)
     cpu = time.process_time()
     result = execute(scenario, run_dir)
     cpu = time.process_time() - cpu
     after = sim_lateness(base_url)
+    sim_cpu = process_cpu_s(sim_pid) - sim_cpu
     m = result.summary["cells"][0]["metrics"]
     chunks = sum(len(r.chunk_tokens) for r in read_records(run_dir / "records.jsonl"))
     implied = concurrency / (TTFT_S + (output - 1) * ITL_S)
@@ -78,6 +88,7 @@ def run_case(base_url: str, concurrency: int, prompts: int, output: int, work: P
         "qps_error_pct": (m["request_throughput"] / implied - 1) * 100,
         "client_cpu_s": cpu, "chunks": chunks, "client_cpu_ms_per_1k_chunks": cpu / chunks * 1e6,
         "sim_chunk_lateness_mean_ms": (after[1] - before[1]) / max(after[0] - before[0], 1) * 1e3,
+        "sim_cpu_s": sim_cpu,
     }
 
 
@@ -93,13 +104,14 @@ def main() -> None:
         base_url = server.start()
         try:
             for case in CASES:
-                rows.append(run_case(base_url, *case, Path(tmp)))
+                assert server.proc is not None
+                rows.append(run_case(base_url, server.proc.pid, *case, Path(tmp)))
         finally:
             server.stop()
     print(f"asyncio.sleep wakes {lateness:.2f} ms late (median) on this machine")
     print(f"sim: TTFT {TTFT_S * 1e3:g} ms, ITL {ITL_S * 1e3:g} ms, 64 input tokens\n")
     header = ("conc", "prompts", "out", "TTFT p50 ms", "ITL p50 ms", "QPS", "implied", "QPS err %",
-              "client CPU s", "CPU ms / 1k chunks", "sim late ms")
+              "client CPU s", "CPU ms / 1k chunks", "sim late ms", "sim CPU s")
     print(" | ".join(header))
     for r in rows:
         print(" | ".join([
@@ -107,6 +119,7 @@ def main() -> None:
             f"{r['ttft_p50_ms']:.2f}", f"{r['itl_p50_ms']:.2f}", f"{r['qps']:.1f}",
             f"{r['qps_implied']:.1f}", f"{r['qps_error_pct']:+.1f}", f"{r['client_cpu_s']:.2f}",
             f"{r['client_cpu_ms_per_1k_chunks']:.0f}", f"{r['sim_chunk_lateness_mean_ms']:.2f}",
+            f"{r['sim_cpu_s']:.2f}",
         ]))
     if args.out:
         args.out.write_bytes(orjson.dumps({"sleep_lateness_ms": lateness, "cases": rows}, option=orjson.OPT_INDENT_2))

@@ -50,6 +50,7 @@ class SimStats:
     chunks_timed: int = 0
     chunk_lateness_sum_s: float = 0.0
     chunk_lateness_max_s: float = 0.0
+    chunk_lateness_min_s: float = 0.0
 
 
 def count_prompt_tokens(body: dict[str, Any], chat: bool) -> int:
@@ -87,24 +88,25 @@ class SimApp:
 
         An idle process wakes about 1 ms late on a VM. Under load the simulator wakes early by
         its learnt lateness; when at most two requests run (where that lateness is largest
-        and the CPU is free) it sleeps to 1.5 ms before the deadline and yields to the event
-        loop until it is reached, so its own error stays well under a millisecond.
+        and the CPU is free) it wakes 1.5 ms early. Either way a chunk that woke early yields
+        to the event loop until its deadline, so it is never sent before it, and its own
+        lateness stays well under a millisecond.
         """
         if self.stats.requests_running <= SPIN_BELOW_RUNNING:
             delay = deadline - SPIN_S - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            while time.perf_counter() < deadline:  # noqa: ASYNC110 - a deliberate sub-ms spin
-                await asyncio.sleep(0)
-            return
-        wake = deadline - self._lead_s
-        delay = wake - time.perf_counter()
-        if delay <= 0:
-            return
-        await asyncio.sleep(delay)
-        late = time.perf_counter() - wake
-        # exponential average, bounded so a stall of the whole process does not poison it
-        self._lead_s = min(max(self._lead_s + 0.05 * (late - self._lead_s), 0.0), 0.005)
+        else:
+            wake = deadline - self._lead_s
+            delay = wake - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                late = time.perf_counter() - wake
+                # exponential average, bounded so a stall of the whole process does not poison it
+                self._lead_s = min(max(self._lead_s + 0.05 * (late - self._lead_s), 0.0), 0.005)
+        # never early: a woken-early chunk yields to the loop until its deadline
+        while time.perf_counter() < deadline:  # noqa: ASYNC110 - a deliberate sub-ms spin
+            await asyncio.sleep(0)
 
     async def __call__(self, scope: ASGIScope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -157,6 +159,8 @@ class SimApp:
             f"loadgen_sim_chunk_lateness_seconds_sum {s.chunk_lateness_sum_s:.9f}",
             "# TYPE loadgen_sim_chunk_lateness_seconds_max gauge",
             f"loadgen_sim_chunk_lateness_seconds_max {s.chunk_lateness_max_s:.9f}",
+            "# TYPE loadgen_sim_chunk_lateness_seconds_min gauge",
+            f"loadgen_sim_chunk_lateness_seconds_min {s.chunk_lateness_min_s:.9f}",
             "# TYPE loadgen_sim_wake_lead_seconds gauge",
             f"loadgen_sim_wake_lead_seconds {self._lead_s:.9f}",
         ]
@@ -259,6 +263,7 @@ class SimApp:
             st.chunks_timed += 1
             st.chunk_lateness_sum_s += late
             st.chunk_lateness_max_s = max(st.chunk_lateness_max_s, late)
+            st.chunk_lateness_min_s = late if st.chunks_timed == 1 else min(st.chunk_lateness_min_s, late)
         if include_usage:
             usage = orjson.dumps(_usage(prompt_tokens, max_tokens))
             await _send_event(send, head + b'],"usage":' + usage + b"}")

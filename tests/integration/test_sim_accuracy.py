@@ -62,6 +62,7 @@ def test_figures_match_the_configured_truth(
     # and the instrument kept its schedule: chunks left on average within 0.5 ms of their deadline
     lateness = sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"]
     assert lateness < 0.0005
+    assert sim["loadgen_sim_chunk_lateness_seconds_min"] >= 0  # and never sent one early
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     assert len(records) == prompts + 2
     assert sum(r.warmup for r in records) == 2
