@@ -20,9 +20,20 @@ from typing import Any
 
 import orjson
 
+from loadgen.asgi import (
+    ASGIScope,
+    end_stream,
+    error,
+    lifespan,
+    read_body,
+    respond,
+    run_uvicorn,
+    send_event,
+    start_stream,
+    usage,
+)
 from loadgen.workload import WORDS
 
-ASGIScope = dict[str, Any]
 CHAT_TOKENS_PER_MESSAGE = 5
 CHAT_TOKENS_GENERATION_PROMPT = 3
 # at or below this many running requests, the last SPIN_S before a deadline is spent yielding
@@ -110,27 +121,22 @@ class SimApp:
 
     async def __call__(self, scope: ASGIScope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                if msg["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif msg["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/health":
-            await _respond(send, 200, b"")
+            await respond(send, 200, b"")
         elif method == "GET" and path == "/v1/models":
-            await _respond(send, 200, self._models())
+            await respond(send, 200, self._models())
         elif method == "GET" and path == "/metrics":
-            await _respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
+            await respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             arrival = time.perf_counter()
             await self._generate(receive, send, arrival, chat=path.endswith("chat/completions"))
         else:
-            await _respond(send, 404, _error(f"no route {method} {path}"))
+            await respond(send, 404, error(f"no route {method} {path}"))
 
     def _models(self) -> bytes:
         return orjson.dumps({
@@ -167,12 +173,7 @@ class SimApp:
         return ("\n".join(lines) + "\n").encode()
 
     async def _generate(self, receive: Any, send: Any, arrival: float, chat: bool) -> None:
-        raw = b""
-        while True:
-            msg = await receive()
-            raw += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        raw = await read_body(receive)
         self.stats.requests_total += 1
         try:
             body = orjson.loads(raw)
@@ -183,10 +184,10 @@ class SimApp:
             if max_tokens < 1:
                 raise ValueError("max_tokens must be >= 1")
         except (ValueError, TypeError) as exc:
-            await _respond(send, 400, _error(str(exc)))
+            await respond(send, 400, error(str(exc)))
             return
         if prompt_tokens + max_tokens > self.config.max_model_len:
-            await _respond(send, 400, _error("prompt + max_tokens exceeds max_model_len"))
+            await respond(send, 400, error("prompt + max_tokens exceeds max_model_len"))
             return
         self.stats.requests_running += 1
         self.stats.prompt_tokens_total += prompt_tokens
@@ -211,10 +212,10 @@ class SimApp:
         else:
             choice["text"] = text
         self.stats.generation_tokens_total += max_tokens
-        await _respond(send, 200, orjson.dumps({
+        await respond(send, 200, orjson.dumps({
             "id": "cmpl-sim", "object": "chat.completion" if chat else "text_completion",
             "created": self._created, "model": self.config.model, "choices": [choice],
-            "usage": _usage(prompt_tokens, max_tokens),
+            "usage": usage(prompt_tokens, max_tokens),
         }))
 
     async def _stream(
@@ -235,13 +236,10 @@ class SimApp:
             f'{{"id":"cmpl-sim","object":"{obj}","created":{self._created},'
             f'"model":"{cfg.model}","choices":['
         ).encode()
-        await send({
-            "type": "http.response.start", "status": 200,
-            "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
-        })
+        await start_stream(send)
         if chat:  # like vLLM: a role-only delta first, which carries no token
             role = b'{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}'
-            await _send_event(send, head + role + b"]}")
+            await send_event(send, head + role + b"]}")
         step = cfg.tokens_per_chunk
         for start in range(0, max_tokens, step):
             end = min(start + step, max_tokens)
@@ -255,9 +253,9 @@ class SimApp:
                 choice = b'{"index":0,"text":"' + text.encode() + b'","logprobs":null,"finish_reason":'
             tail = b"]}"
             if continuous:
-                tail = b'],"usage":' + orjson.dumps(_usage(prompt_tokens, end)) + b"}"
+                tail = b'],"usage":' + orjson.dumps(usage(prompt_tokens, end)) + b"}"
             late = time.perf_counter() - deadline
-            await _send_event(send, head + choice + finish + b"}" + tail)
+            await send_event(send, head + choice + finish + b"}" + tail)
             st = self.stats
             st.generation_tokens_total += end - start
             st.chunks_timed += 1
@@ -265,43 +263,11 @@ class SimApp:
             st.chunk_lateness_max_s = max(st.chunk_lateness_max_s, late)
             st.chunk_lateness_min_s = late if st.chunks_timed == 1 else min(st.chunk_lateness_min_s, late)
         if include_usage:
-            usage = orjson.dumps(_usage(prompt_tokens, max_tokens))
-            await _send_event(send, head + b'],"usage":' + usage + b"}")
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
-
-
-def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _error(message: str) -> bytes:
-    return orjson.dumps({"object": "error", "message": message, "type": "BadRequestError"})
-
-
-async def _send_event(send: Any, data: bytes) -> None:
-    await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
-
-
-async def _respond(send: Any, status: int, body: bytes, ctype: bytes = b"application/json") -> None:
-    await send({
-        "type": "http.response.start", "status": status,
-        "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())],
-    })
-    await send({"type": "http.response.body", "body": body})
+            totals = orjson.dumps(usage(prompt_tokens, max_tokens))
+            await send_event(send, head + b'],"usage":' + totals + b"}")
+        await end_stream(send)
 
 
 def serve_sim(config: SimConfig, host: str = "127.0.0.1", port: int = 8100) -> None:
     """Run the simulator in the foreground until SIGINT / SIGTERM."""
-    import uvicorn
-
-    try:
-        import uvloop  # noqa: F401
-
-        loop = "uvloop"
-    except ImportError:
-        loop = "asyncio"
-    uvicorn.run(
-        SimApp(config), host=host, port=port, loop=loop, http="httptools",
-        log_level="warning", access_log=False, lifespan="on",
-        timeout_keep_alive=60, backlog=4096,
-    )
+    run_uvicorn(SimApp(config), host, port)
