@@ -42,6 +42,7 @@ class ModelEntry:
     gpus: dict[str, int] = field(default_factory=dict)
     moe: bool = False
     settings: str = "common"
+    generated: bool = False  # made by loadgen itself (the tiny model), not downloaded
 
     def checkpoint(self, quant: str) -> str:
         if quant == "bf16":
@@ -88,7 +89,7 @@ def load_catalogue() -> dict[str, ModelEntry]:
             alias=alias, hub=d["hub"], params_b=float(d["params_b"]), context=int(d["context"]),
             long_context=d.get("long_context"), quants=tuple(d.get("quant", ())),
             gpus=dict(d.get("gpus", {})), moe=bool(d.get("moe", False)),
-            settings=d.get("settings", "common"),
+            settings=d.get("settings", "common"), generated=bool(d.get("generated", False)),
         )
     return out
 
@@ -144,6 +145,12 @@ def resolve_model(name: str, quant: str | None = None) -> ModelRef:
     if implied is not None and quant is not None and quant != implied:
         raise UsageError(f"--quant {quant}: {name} is the {implied} checkpoint; drop --quant or name {entry.alias}")
     q = quant or implied or "bf16"
+    if entry.generated:
+        from loadgen.tiny import tiny_path
+
+        if q != "bf16":
+            raise UsageError(f"--quant {q}: {entry.alias} has random full-precision weights only")
+        return ModelRef(str(tiny_path()), "auto", entry)
     return ModelRef(entry.checkpoint(q), q, entry)
 
 

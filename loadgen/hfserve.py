@@ -2,7 +2,7 @@
 
 ``python -m loadgen.hfserve --model PATH`` (what ``loadgen serve MODEL --backend transformers``
 runs). It serves ``/v1/completions`` and ``/v1/chat/completions`` (streamed or whole),
-``/health``, ``/v1/models`` and ``/metrics``, with what a benchmark needs and
+``/health``, ``/v1/models``, ``/version`` and ``/metrics``, with what a benchmark needs and
 ``transformers serve`` lacks: token-id prompts, ``ignore_eos`` / ``min_tokens`` (exact output
 length), the usage chunk (and per-chunk usage with ``continuous_usage_stats``), ``[DONE]``, and
 the model's peak allocated memory on ``/metrics`` (``POST /reset_peak_memory`` starts a new
@@ -106,6 +106,17 @@ class Engine:
         self.stats = Stats()
         self.thread = threading.Thread(target=self._loop, name="generate", daemon=True)
         self.thread.start()
+
+    def versions(self) -> dict[str, str]:
+        import transformers
+
+        from loadgen import __version__
+
+        return {
+            "version": f"loadgen-transformers {__version__}", "transformers": transformers.__version__,
+            "torch": self.torch.__version__, "attn_implementation": self.attn, "dtype": self.dtype,
+            "device": str(self.device),
+        }
 
     # -- memory ---------------------------------------------------------------------------
     def peak_allocated_bytes(self) -> int:
@@ -222,6 +233,8 @@ class EngineApp:
             }]}))
         elif method == "GET" and path == "/metrics":
             await respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
+        elif method == "GET" and path == "/version":
+            await respond(send, 200, orjson.dumps(self.engine.versions()))
         elif method == "POST" and path == "/reset_peak_memory":
             self.engine.reset_peak()
             await respond(send, 200, b"")

@@ -13,14 +13,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
 import httpx
 
-from loadgen.errors import LaunchError
+from loadgen.errors import Interrupted, LaunchError
 from loadgen.scenario import Serve
 
 
@@ -63,7 +65,25 @@ def sim_spec(serve: Serve) -> LaunchSpec:
         "--ttft-ms", f"{sim.ttft_ms:g}", "--itl-ms", f"{sim.itl_ms:g}",
         "--tokens-per-chunk", str(sim.tokens_per_chunk),
     )
-    return LaunchSpec(argv, serve.host, port, ready_timeout_s=serve.ready_timeout_s, name="sim")
+    return LaunchSpec(argv, serve.host, port, ready_timeout_s=serve.ready_timeout_s or 60.0, name="sim")
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While starting a server, SIGTERM raises ``Interrupted`` (as SIGINT raises KeyboardInterrupt),
+    so the half-started engine is stopped instead of orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupted(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(f"interrupted by signal {signum} while the server was starting")
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def tail(path: Path, lines: int = 20) -> str:
@@ -101,7 +121,8 @@ class LaunchedServer:
             except OSError as exc:
                 raise LaunchError(f"{spec.name}: cannot start {spec.argv[0]!r}: {exc}") from exc
         try:
-            self._wait_ready()
+            with sigterm_interrupts():
+                self._wait_ready()
         except BaseException:
             self.stop()
             raise

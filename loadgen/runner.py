@@ -25,10 +25,12 @@ import httpx
 import numpy as np
 
 from loadgen import __version__
+from loadgen.backends import build_spec, launch_spec, shell_line
 from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.engine import LoadPlan, run_load
+from loadgen.engines import engine_info, prepare
 from loadgen.errors import ScenarioError, TargetError, UsageError
-from loadgen.launcher import LaunchedServer, sim_spec
+from loadgen.launcher import LaunchedServer, LaunchSpec, free_port, sim_spec
 from loadgen.payload import Prompt, build_payload, encode_payload
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.rundir import (
@@ -126,14 +128,7 @@ def execute(
     try:
         if base_url is None:
             assert scenario.serve is not None
-            spec = sim_spec(scenario.serve)
-            provenance["server"] = {"backend": "sim", "argv": list(spec.argv)}
-            server = LaunchedServer(spec, run_dir / SERVER_LOG)
-            obs.message(f"starting {spec.name}: {' '.join(spec.argv)}")
-            t = time.monotonic()
-            base_url = server.start()
-            provenance["server"]["ready_s"] = round(time.monotonic() - t, 3)
-            obs.message(f"{spec.name} ready at {base_url} in {time.monotonic() - t:.1f} s")
+            server, base_url = _launch(scenario, run_dir, provenance, obs)
         provenance["base_url"] = base_url
         with asyncio.Runner(loop_factory=_new_loop) as runner:
             summary, interrupted = runner.run(
@@ -145,6 +140,49 @@ def execute(
         provenance["end_wall"] = datetime.now(UTC).isoformat()
         write_json(run_dir / PROVENANCE, provenance)
     return RunResult(run_dir, summary, interrupted)
+
+
+def _engine_launch(scenario: Scenario) -> tuple[LaunchSpec, dict[str, Any]]:
+    """The engine the ``serve:`` block names, checked as ``loadgen serve`` checks it."""
+    serve = scenario.serve
+    assert serve is not None
+    assert serve.model is not None
+    sweep = [c for c in scenario.load.concurrency if isinstance(c, int)]
+    unlimited = len(sweep) < len(scenario.load.concurrency)
+    slots = serve.slots or max([*sweep, scenario.workload.num_prompts if unlimited else 1])
+    spec = build_spec(
+        serve.model, backend=serve.engine, device=serve.device, quant=serve.quant, setting=serve.setting,
+        tp=serve.tp, pp=serve.pp, gpus=serve.gpus, host=serve.host, port=serve.port or free_port(serve.host),
+        kv_cache_dtype=serve.kv_cache_dtype, load_format=serve.load_format, attn=serve.attn, slots=slots,
+        extra_args=serve.extra_args,
+    )
+    launch = launch_spec(spec)
+    if serve.ready_timeout_s is not None:
+        launch = replace(launch, ready_timeout_s=serve.ready_timeout_s)
+    return launch, prepare(spec, launch, force=serve.force)
+
+
+def _launch(
+    scenario: Scenario, run_dir: Path, provenance: dict[str, Any], obs: Observer
+) -> tuple[LaunchedServer, str]:
+    """Start the simulator or engine of the ``serve:`` block; its log goes to the run directory."""
+    assert scenario.serve is not None
+    if scenario.serve.engine == "sim":
+        spec = sim_spec(scenario.serve)
+        info: dict[str, Any] = {"backend": "sim", "argv": list(spec.argv)}
+    else:
+        spec, info = _engine_launch(scenario)
+    provenance["server"] = info
+    write_json(run_dir / PROVENANCE, provenance)
+    server = LaunchedServer(spec, run_dir / SERVER_LOG)
+    obs.message(f"starting {spec.name}: {shell_line(spec)}")
+    t = time.monotonic()
+    base_url = server.start()
+    info["ready_s"] = round(time.monotonic() - t, 3)
+    if spec.name != "sim":
+        info["engine"] = engine_info(base_url)
+    obs.message(f"{spec.name} ready at {base_url} in {info['ready_s']:.1f} s (log: {run_dir / SERVER_LOG})")
+    return server, base_url
 
 
 async def _run(

@@ -21,6 +21,7 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -166,14 +167,57 @@ class SimOptions(_Model):
     tokens_per_chunk: int = Field(1, ge=1)
 
 
-class Serve(_Model):
-    """How ``loadgen run`` starts the server itself (and stops it afterwards)."""
+ENGINES = ("vllm", "sglang", "tgi", "transformers", "llamacpp")
 
-    backend: Literal["sim"] = "sim"
+
+class Serve(_Model):
+    """How ``loadgen run`` starts the server itself (and stops it afterwards).
+
+    ``backend: sim`` starts loadgen's simulator; an engine backend (default ``vllm`` when
+    ``model`` is given) is resolved exactly as ``loadgen serve`` resolves its options.
+    """
+
+    backend: Literal["sim", "vllm", "sglang", "tgi", "transformers", "llamacpp"] | None = None
+    model: str | None = None
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    quant: str | None = None
+    setting: str | None = None
+    gpus: str | None = None
+    tp: int | None = Field(None, ge=1)
+    pp: int = Field(1, ge=1)
+    kv_cache_dtype: str | None = None
+    load_format: str | None = None
+    attn: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    # llama.cpp slots; default: the sweep's highest concurrency
+    slots: int | None = Field(None, ge=1)
+    extra_args: tuple[str, ...] = ()
+    force: bool = False
     host: str = "127.0.0.1"
     port: int | None = Field(None, ge=1, le=65535)
-    ready_timeout_s: float = Field(60.0, gt=0)
+    # default: 60 s for the simulator, 600 s for a CPU engine, 1800 s on GPUs
+    ready_timeout_s: float | None = Field(None, gt=0)
     sim: SimOptions = SimOptions()
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus_text(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return ",".join(str(x) for x in v)
+        return str(v) if isinstance(v, int) else v
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> Serve:
+        if self.backend is None:
+            object.__setattr__(self, "backend", "sim" if self.model is None else "vllm")
+        if self.backend == "sim" and self.model is not None:
+            raise ValueError("the simulator takes no model; set backend to an engine (vllm, transformers, ...)")
+        if self.backend != "sim" and self.model is None:
+            raise ValueError(f"backend {self.backend} needs a model: a catalogue alias (tiny, ...), hub id or path")
+        return self
+
+    @property
+    def engine(self) -> str:
+        return self.backend or "sim"
 
 
 class Scenario(_Model):

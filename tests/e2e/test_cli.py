@@ -153,13 +153,13 @@ def test_serve_dry_run_prints_the_exact_command() -> None:
     proc = loadgen("serve", "qwen2-72b", "--quant", "gptq-int4", "--setting", "2", "--gpus", "3", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
-        "CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2-72B-Instruct-GPTQ-Int4 --host 127.0.0.1 --port 8000 "
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2-72B-Instruct-GPTQ-Int4 --host 127.0.0.1 --port 8000 "
         "--served-model-name qwen2-72b --tensor-parallel-size 1 --dtype auto "
         "--gpu-memory-utilization 1.0 --max-model-len 4096 --enforce-eager"
     )
     proc = loadgen("serve", "qwen2-57b", "--tp", "2", "--dry-run", "--", "--seed", "7")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen2-57B-A14B-Instruct ")
+    assert proc.stdout.startswith("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen2-57B-A14B-Instruct ")
     assert "--tensor-parallel-size 2" in proc.stdout
     assert proc.stdout.strip().endswith("--seed 7")
 
