@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -103,7 +103,9 @@ class LaunchedServer:
         self.grace_s = grace_s
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> str:
+    def start(self, on_spawn: Callable[[int], None] | None = None) -> str:
+        """Start the process (``on_spawn`` gets its PID, which is also its process group) and
+        wait until it is ready; returns its base URL."""
         spec = self.spec
         if port_in_use(spec.host, spec.port):
             raise LaunchError(
@@ -122,6 +124,8 @@ class LaunchedServer:
                 raise LaunchError(f"{spec.name}: cannot start {spec.argv[0]!r}: {exc}") from exc
         try:
             with sigterm_interrupts():
+                if on_spawn is not None:
+                    on_spawn(self.proc.pid)
                 self._wait_ready()
         except BaseException:
             self.stop()

@@ -177,7 +177,12 @@ def _launch(
     server = LaunchedServer(spec, run_dir / SERVER_LOG)
     obs.message(f"starting {spec.name}: {shell_line(spec)}")
     t = time.monotonic()
-    base_url = server.start()
+
+    def spawned(pid: int) -> None:  # on record before readiness, so that no engine goes untraced
+        info["pid"] = pid
+        write_json(run_dir / PROVENANCE, provenance)
+
+    base_url = server.start(on_spawn=spawned)
     info["ready_s"] = round(time.monotonic() - t, 3)
     if spec.name != "sim":
         info["engine"] = engine_info(base_url)

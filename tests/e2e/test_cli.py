@@ -127,9 +127,9 @@ def test_unreachable_server(tmp_path: Path) -> None:
     assert m["completed"] == 0
 
 
-def test_quickstart_launches_and_stops_the_simulator(tmp_path: Path) -> None:
+def test_sim_scenario_launches_and_stops_the_simulator(tmp_path: Path) -> None:
     run_dir = tmp_path / "qs"
-    proc = loadgen("run", "scenarios/quickstart.yaml", "--out", str(run_dir), "--set", "workload.num_prompts=6",
+    proc = loadgen("run", "scenarios/sim.yaml", "--out", str(run_dir), "--set", "workload.num_prompts=6",
                    "--set", "workload.output_tokens=8")
     assert proc.returncode == 0, proc.stderr
     summary = orjson.loads((run_dir / "summary.json").read_bytes())

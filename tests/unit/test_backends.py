@@ -137,7 +137,8 @@ def test_tiny_on_cpu_runs_the_vllm_cpu_build(tmp_path: Path, monkeypatch: pytest
     assert flag(argv, "--model") == str(tmp_path / "models" / "tiny-qwen2-v1")
     assert flag(argv, "--served-model-name") == "tiny"
     assert flag(argv, "--max-model-len") == "4096"  # the tiny model's native context
-    assert "--gpu-memory-utilization" not in argv and "--tensor-parallel-size" not in argv
+    assert "--gpu-memory-utilization" not in argv
+    assert "--tensor-parallel-size" not in argv
     assert env == {"CUDA_VISIBLE_DEVICES": "", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
@@ -158,7 +159,8 @@ def test_llamacpp_command_has_slots_context_per_slot_and_metrics() -> None:
     assert flag(argv, "-m") == "/m/qwen2-7b-q4_k_m.gguf"
     assert flag(argv, "-np") == "32"
     assert flag(argv, "-c") == str(4096 * 32)  # llama.cpp divides -c among the slots
-    assert "--metrics" in argv and flag(argv, "-ngl") == "999"
+    assert "--metrics" in argv
+    assert flag(argv, "-ngl") == "999"
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
 
 

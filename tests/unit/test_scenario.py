@@ -74,3 +74,14 @@ def test_sweeps_expand_to_the_cartesian_product_in_file_order() -> None:
 def test_every_shipped_scenario_loads(path: Path) -> None:
     sc = load_scenario(path)
     assert expand_cells(sc)
+
+
+def test_serve_block_names_an_engine(tmp_path: Path) -> None:
+    s = load_scenario(write(tmp_path, "serve: {model: qwen2-57b, tp: 2, gpus: [2, 3], extra_args: [--seed, '1']}\n"))
+    assert s.serve is not None
+    assert (s.serve.backend, s.serve.gpus, s.serve.tp, s.serve.extra_args) == ("vllm", "2,3", 2, ("--seed", "1"))
+    assert load_scenario(write(tmp_path, "serve: {sim: {ttft_ms: 5}}\n")).serve.backend == "sim"  # type: ignore[union-attr]
+    assert "serve -> backend transformers needs a model" in error_of(tmp_path, "serve: {backend: transformers}\n")
+    assert "serve -> the simulator takes no model" in error_of(tmp_path, "serve: {backend: sim, model: tiny}\n")
+    assert "serve.backend -> " in error_of(tmp_path, "serve: {backend: trt, model: tiny}\n")
+    assert "serve.attn -> " in error_of(tmp_path, "serve: {model: tiny, backend: transformers, attn: fa3}\n")

