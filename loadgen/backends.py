@@ -288,7 +288,7 @@ def tgi_container_command(spec: EngineSpec) -> list[str]:
 
 def transformers_command(spec: EngineSpec) -> LaunchSpec:
     """loadgen's own transformers engine (``loadgen.hfserve``) on this interpreter."""
-    if spec.pp > 1 or spec.tp > 1 and spec.device == "cpu":
+    if spec.pp > 1:
         raise UsageError("--pp: the transformers engine spreads layers over the GPUs given; use --gpus only")
     if spec.kv_cache_dtype or spec.load_format:
         raise UsageError("--kv-cache-dtype / --load-format: vLLM and SGLang options; the transformers engine has none")

@@ -88,10 +88,15 @@ class Engine:
         kwargs: dict[str, Any] = {"attn_implementation": attn}
         if dtype != "auto":
             kwargs["dtype"] = getattr(torch, dtype)
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        gpus = torch.cuda.device_count() if self.device.type == "cuda" else 0
+        for i in range(gpus):
+            torch.cuda.reset_peak_memory_stats(i)
+        if gpus > 1:  # layers spread over every visible GPU, as the reference tables' multi-GPU rows
+            kwargs["device_map"] = "auto"
+            self.device = torch.device("cuda:0")  # where the embeddings, so the inputs, live
         loaded: Any = AutoModelForCausalLM.from_pretrained(model, **kwargs)
-        self.model: Any = loaded.to(self.device).eval()
+        self.model: Any = (loaded if gpus > 1 else loaded.to(self.device)).eval()
+        self.gpus = gpus
         self.attn = attn
         self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
         self.model_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -121,13 +126,13 @@ class Engine:
     # -- memory ---------------------------------------------------------------------------
     def peak_allocated_bytes(self) -> int:
         """Peak memory the model allocated: CUDA's allocator on a GPU, the process's peak RSS on CPU."""
-        if self.device.type == "cuda":
-            return int(self.torch.cuda.max_memory_allocated(self.device))
+        if self.gpus:  # summed over the GPUs the model spans
+            return sum(int(self.torch.cuda.max_memory_allocated(i)) for i in range(self.gpus))
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
     def reset_peak(self) -> None:
-        if self.device.type == "cuda":
-            self.torch.cuda.reset_peak_memory_stats(self.device)
+        for i in range(self.gpus):
+            self.torch.cuda.reset_peak_memory_stats(i)
 
     # -- generation -----------------------------------------------------------------------
     def _loop(self) -> None:
