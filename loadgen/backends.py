@@ -281,7 +281,7 @@ def tgi_container_command(spec: EngineSpec) -> list[str]:
     args[args.index("--port") + 1] = "80"
     return [
         "docker", "run", "--rm", "--gpus", f'"device={devices}"', "--shm-size", "1g",
-        "-p", f"{spec.host}:{spec.port}:80", "-v", "$HOME/.cache/huggingface:/data",
+        "-p", f"{spec.host}:{spec.port}:80", "-v", f"{Path.home() / '.cache' / 'huggingface'}:/data",
         "-e", "HF_TOKEN", TGI_IMAGE, *args,
     ]
 
