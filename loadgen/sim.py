@@ -25,6 +25,7 @@ from loadgen.asgi import (
     end_stream,
     error,
     lifespan,
+    models_list,
     read_body,
     respond,
     run_uvicorn,
@@ -129,7 +130,7 @@ class SimApp:
         if method == "GET" and path == "/health":
             await respond(send, 200, b"")
         elif method == "GET" and path == "/v1/models":
-            await respond(send, 200, self._models())
+            await respond(send, 200, models_list(self.config.model, self._created, self.config.max_model_len))
         elif method == "GET" and path == "/metrics":
             await respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
@@ -137,15 +138,6 @@ class SimApp:
             await self._generate(receive, send, arrival, chat=path.endswith("chat/completions"))
         else:
             await respond(send, 404, error(f"no route {method} {path}"))
-
-    def _models(self) -> bytes:
-        return orjson.dumps({
-            "object": "list",
-            "data": [{
-                "id": self.config.model, "object": "model", "created": self._created,
-                "owned_by": "loadgen", "max_model_len": self.config.max_model_len,
-            }],
-        })
 
     def _metrics(self) -> bytes:
         s = self.stats

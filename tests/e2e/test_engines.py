@@ -146,7 +146,8 @@ def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:
         proc = loadgen("serve", "tiny", "--backend", "transformers", "--port", str(port))
     assert proc.returncode == 3
     assert proc.stderr.strip().splitlines() == [
-        f"error: transformers: port {port} on 127.0.0.1 is already in use; choose another with --port"
+        f"error: transformers: port {port} on 127.0.0.1 is already in use; "
+        "choose another with --port (serve.port in a scenario)"
     ]
 
 
