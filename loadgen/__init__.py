@@ -17,11 +17,12 @@ from loadgen.errors import (
     TargetError,
     UsageError,
 )
+from loadgen.matrix import Cell, expand_cells
 from loadgen.metrics import distribution, summarize
 from loadgen.records import RequestRecord, read_records
 from loadgen.rundir import rebuild_summary
 from loadgen.runner import RunResult, execute
-from loadgen.scenario import Cell, Scenario, expand_cells, load_scenario
+from loadgen.scenario import Scenario, load_scenario
 from loadgen.schedule import build_schedule
 from loadgen.sim import SimConfig
 from loadgen.sse import SSEParser

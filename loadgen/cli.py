@@ -28,9 +28,9 @@ from rich.progress import (
 
 from loadgen import __version__
 from loadgen.errors import LaunchError, LoadgenError
+from loadgen.matrix import Cell
 from loadgen.records import RequestRecord
 from loadgen.report import console_tables, render_markdown
-from loadgen.scenario import Cell
 
 app = typer.Typer(
     name="loadgen",

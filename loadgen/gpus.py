@@ -37,7 +37,7 @@ def _text(value: Any) -> str:
 
 
 @contextlib.contextmanager
-def _nvml() -> Iterator[Any]:
+def nvml() -> Iterator[Any]:
     try:
         import pynvml
     except ImportError:
@@ -57,7 +57,7 @@ def _nvml() -> Iterator[Any]:
 
 def probe() -> list[GpuInfo] | None:
     """Every GPU NVML reports; None where there is no NVIDIA driver (or no nvidia-ml-py)."""
-    with _nvml() as nv:
+    with nvml() as nv:
         if nv is None:
             return None
         driver = _text(nv.nvmlSystemGetDriverVersion())

@@ -131,6 +131,12 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> dict[
             for r in ok
             if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
         ),
+        # the newer definition: (prompt + output tokens) over the whole request time
+        "speed_total_tokens_per_s": distribution(
+            (r.output_tokens + _prompt_len(r)) / (r.done_at - r.sent_at)
+            for r in ok
+            if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
+        ),
     }
     if slo is not None and any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms)):
         good = sum(1 for r in ok if meets_slo(r, slo))

@@ -78,6 +78,9 @@ def console_tables(summary: dict[str, Any]) -> list[Table | str]:
     """One latency table per cell, its throughput line, and a sweep overview when swept."""
     out: list[Table | str] = []
     for cell in summary["cells"]:
+        if cell.get("metrics") is None:
+            out.append(f"[{cell['cell']}] {_params_text(cell['params'])}: {cell.get('status')} -- {cell.get('reason')}")
+            continue
         title = f"[{cell['cell']}] {_params_text(cell['params'])}"
         table = Table(title=title, title_justify="left")
         table.add_column("ms", style="bold")
@@ -87,7 +90,7 @@ def console_tables(summary: dict[str, Any]) -> list[Table | str]:
             table.add_row(*row)
         out.append(table)
         out.append(_throughput_line(cell["metrics"]))
-    if len(summary["cells"]) > 1:
+    if sum(1 for c in summary["cells"] if c.get("metrics")) > 1:
         table = Table(title="sweep", title_justify="left")
         headers, rows = sweep_rows(summary)
         for h in headers:
@@ -106,6 +109,8 @@ def sweep_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for cell in summary["cells"]:
         p, m = cell["params"], cell["metrics"]
+        if m is None:
+            continue
         rows.append([
             str(p["input_tokens"]), str(p["output_tokens"]), str(p["concurrency"]),
             "-" if p["rate"] is None else f"{p['rate']:g}",
@@ -131,8 +136,11 @@ def render_markdown(summary: dict[str, Any]) -> str:
         parts += ["**Interrupted**: figures cover what was measured before the stop.", ""]
     for cell in summary["cells"]:
         parts += [f"## [{cell['cell']}] {_params_text(cell['params'])}", ""]
+        if cell.get("metrics") is None:
+            parts += [f"{cell.get('status')}: {cell.get('reason')}", ""]
+            continue
         parts += [_md_table(["ms", *COLUMNS], _latency_rows(cell)), ""]
         parts += [_throughput_line(cell["metrics"]), ""]
-    if len(summary["cells"]) > 1:
+    if sum(1 for c in summary["cells"] if c.get("metrics")) > 1:
         parts += ["## Sweep", "", _md_table(*sweep_rows(summary)), ""]
     return "\n".join(parts)

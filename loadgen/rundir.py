@@ -4,9 +4,12 @@
       scenario.resolved.yaml   the scenario with every default filled in
       provenance.json          loadgen/python/host, times, seed, clock base, server answers
       records.jsonl            one RequestRecord per line, appended as each request ends
-      summary.json             {"cells": [{"params": ..., "metrics": ...}], ...}
+      cells.jsonl              one line per finished cell: done / failed, the reason, its server
+      probes.jsonl             raw samples of the server's /metrics and of GPU memory, per cell
+      summary.json             {"cells": [{"params", "status", "server", "metrics", ...}], ...}
       report.md                the summary as Markdown tables
-      server.log               the launched server's output, when loadgen started one
+      server.log               the launched server's output (server-N.log, one per engine, in a matrix)
+      records.set-aside.jsonl  records of cells a --resume measured again (kept, not counted)
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import orjson
 import yaml
 
 from loadgen.errors import RunDirError, ScenarioError
+from loadgen.matrix import Cell, expand_cells
 from loadgen.metrics import summarize
+from loadgen.probes import PROBES, read_probes, summarize_gpu, summarize_server_metrics
 from loadgen.records import RequestRecord, read_records
-from loadgen.scenario import Cell, Scenario, expand_cells, parse_scenario
+from loadgen.scenario import Scenario, parse_scenario
 
 RECORDS = "records.jsonl"
 SUMMARY = "summary.json"
@@ -30,6 +35,7 @@ SCENARIO = "scenario.resolved.yaml"
 PROVENANCE = "provenance.json"
 REPORT = "report.md"
 SERVER_LOG = "server.log"
+CELLS = "cells.jsonl"
 
 
 def default_run_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
@@ -44,67 +50,137 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def cell_summary(scenario: Scenario, cell: Cell, records: list[RequestRecord]) -> dict[str, Any]:
-    """One entry of ``summary.json: cells``."""
-    return {"cell": cell.index, "params": cell.params(), "metrics": summarize(records, scenario.slo)}
+def cell_summary(
+    scenario: Scenario,
+    cell: Cell,
+    records: list[RequestRecord],
+    status: dict[str, Any],
+    samples: dict[str, list[dict[str, Any]]],
+) -> dict[str, Any]:
+    """One entry of ``summary.json: cells``, from the cell's records, status line and probe samples."""
+    point = cell.point or scenario
+    server = status.get("server") or {}
+    if server.get("device") == "cpu":
+        no_gpu = "the engine runs on CPU"
+    elif server.get("launched") is False:
+        no_gpu = "the server was not started by loadgen: no process to attribute GPU memory to"
+    else:
+        no_gpu = "no GPU memory samples (no NVIDIA GPU visible through NVML)"
+    measured = any(not r.warmup for r in records)
+    return {
+        "cell": cell.index,
+        "params": cell.params(),
+        "status": status["status"],
+        "reason": status.get("reason"),
+        "note": point.note,
+        "server": server,
+        "metrics": summarize(records, point.slo) if measured else None,
+        "server_metrics": summarize_server_metrics(samples.get("metrics", [])),
+        "gpu_memory": summarize_gpu(samples.get("gpu", []), reason=no_gpu),
+    }
 
 
 def assemble_summary(
     scenario: Scenario, cells: list[dict[str, Any]], *, model: str | None, interrupted: bool
 ) -> dict[str, Any]:
-    return {"scenario": scenario.name, "model": model, "interrupted": interrupted, "cells": cells}
+    return {
+        "scenario": scenario.name, "kind": scenario.kind, "speed": scenario.speed, "model": model,
+        "interrupted": interrupted, "cells": cells,
+    }
 
 
-def build_summary(
-    scenario: Scenario,
-    records_by_cell: dict[int, list[RequestRecord]],
-    *,
-    model: str | None,
-    interrupted: bool,
-) -> dict[str, Any]:
-    """``summary.json`` from records; a run builds the same entries cell by cell as it goes."""
-    entries = [
-        cell_summary(scenario, cell, records_by_cell[cell.index])
-        for cell in expand_cells(scenario)
-        if cell.index in records_by_cell
-    ]
-    return assemble_summary(scenario, entries, model=model, interrupted=interrupted)
+class CellStatusLog:
+    """Appends one line per finished cell to ``cells.jsonl`` (the resume point of a matrix)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._file = (run_dir / CELLS).open("ab")  # noqa: SIM115 - closed in close()
+
+    def write(self, line: dict[str, Any]) -> None:
+        self._file.write(orjson.dumps(line) + b"\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
 
 
-def load_run(run_dir: Path) -> tuple[Scenario, dict[int, list[RequestRecord]], dict[str, Any]]:
-    """The scenario, records by cell and provenance of a run directory."""
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir}: no such run directory")
-    scenario_path = run_dir / SCENARIO
-    records_path = run_dir / RECORDS
-    for p in (scenario_path, records_path):
-        if not p.is_file():
-            raise RunDirError(f"{run_dir}: missing {p.name}; is this a loadgen run directory?")
-    try:
-        scenario = parse_scenario(yaml.safe_load(scenario_path.read_text()), str(scenario_path))
-    except ScenarioError as exc:
-        raise RunDirError(str(exc)) from exc
+def read_cell_status(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The last status line of each cell (a resumed cell's new line replaces its old one)."""
+    out: dict[int, dict[str, Any]] = {}
+    path = run_dir / CELLS
+    if path.is_file():
+        for line in path.read_bytes().splitlines(keepends=True):
+            if line.endswith(b"\n"):
+                entry = orjson.loads(line)
+                out[entry["cell"]] = entry
+    return out
+
+
+def set_aside_records(run_dir: Path, keep: set[int]) -> None:
+    """Before a resume: records and probe samples of cells not in ``keep`` move to ``*.set-aside.jsonl``."""
+    for name in (RECORDS, PROBES):
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        kept: list[bytes] = []
+        aside: list[bytes] = []
+        for line in path.read_bytes().splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                continue  # cut short by a crash
+            (kept if orjson.loads(line)["cell"] in keep else aside).append(line)
+        if aside:
+            with (run_dir / name.replace(".jsonl", ".set-aside.jsonl")).open("ab") as f:
+                f.writelines(aside)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(b"".join(kept))
+        tmp.replace(path)
+
+
+def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> dict[str, Any]:
+    """``summary.json`` re-derived from the run directory's records, statuses and probe samples."""
     by_cell: dict[int, list[RequestRecord]] = defaultdict(list)
-    try:
-        for record in read_records(records_path):
-            by_cell[record.cell].append(record)
-    except (orjson.JSONDecodeError, TypeError) as exc:
-        raise RunDirError(f"{records_path}: unreadable record ({exc})") from exc
+    if (run_dir / RECORDS).is_file():
+        try:
+            for record in read_records(run_dir / RECORDS):
+                by_cell[record.cell].append(record)
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise RunDirError(f"{run_dir / RECORDS}: unreadable record ({exc})") from exc
+    statuses = read_cell_status(run_dir)
+    legacy = not (run_dir / CELLS).is_file()
+    probes = read_probes(run_dir / PROBES)
+    entries = []
+    for cell in expand_cells(scenario):
+        status = statuses.get(cell.index)
+        if status is None:
+            if cell.index not in by_cell:
+                continue
+            status = {"status": "done" if legacy else "interrupted"}
+        entries.append(cell_summary(scenario, cell, by_cell.get(cell.index, []), status, probes.get(cell.index, {})))
     provenance: dict[str, Any] = {}
     if (run_dir / PROVENANCE).is_file():
         provenance = orjson.loads((run_dir / PROVENANCE).read_bytes())
-    return scenario, dict(by_cell), provenance
-
-
-def rebuild_summary(run_dir: Path) -> dict[str, Any]:
-    """Re-derive ``summary.json`` from ``scenario.resolved.yaml`` and ``records.jsonl``."""
-    scenario, by_cell, provenance = load_run(run_dir)
     stored: dict[str, Any] = {}
     if (run_dir / SUMMARY).is_file():
         stored = orjson.loads((run_dir / SUMMARY).read_bytes())
-    return build_summary(
-        scenario,
-        by_cell,
-        model=provenance.get("model", stored.get("model")),
+    return assemble_summary(
+        scenario, entries, model=provenance.get("model", stored.get("model")),
         interrupted=bool(stored.get("interrupted", False)),
     )
+
+
+def load_scenario_of(run_dir: Path) -> Scenario:
+    """The scenario a run directory was made with."""
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: no such run directory")
+    scenario_path = run_dir / SCENARIO
+    for p in (scenario_path, run_dir / RECORDS):
+        if not p.is_file():
+            raise RunDirError(f"{run_dir}: missing {p.name}; is this a loadgen run directory?")
+    try:
+        return parse_scenario(yaml.safe_load(scenario_path.read_text()), str(scenario_path))
+    except ScenarioError as exc:
+        raise RunDirError(str(exc)) from exc
+
+
+def rebuild_summary(run_dir: Path) -> dict[str, Any]:
+    """Re-derive ``summary.json`` from ``scenario.resolved.yaml``, records, statuses and probes."""
+    return build_summary_from_dir(run_dir, load_scenario_of(run_dir))

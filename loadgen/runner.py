@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -23,15 +24,18 @@ from typing import Any, Protocol
 
 import httpx
 import numpy as np
+import orjson
 
 from loadgen import __version__
-from loadgen.backends import build_spec, launch_spec, shell_line
+from loadgen.backends import EngineSpec, build_spec, launch_spec, shell_line
 from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.engine import LoadPlan, run_load
 from loadgen.engines import engine_info, prepare
-from loadgen.errors import ScenarioError, TargetError, UsageError
-from loadgen.launcher import LaunchedServer, LaunchSpec, free_port, sim_spec
+from loadgen.errors import LaunchError, ScenarioError, TargetError, UsageError
+from loadgen.launcher import LaunchedServer, free_port, sim_spec, tail
+from loadgen.matrix import Cell, expand_cells
 from loadgen.payload import Prompt, build_payload, encode_payload
+from loadgen.probes import PROBES, GpuSampler, MetricsScraper, ProbeLog, read_probes
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.rundir import (
     PROVENANCE,
@@ -40,11 +44,15 @@ from loadgen.rundir import (
     SCENARIO,
     SERVER_LOG,
     SUMMARY,
+    CellStatusLog,
     assemble_summary,
+    build_summary_from_dir,
     cell_summary,
+    read_cell_status,
+    set_aside_records,
     write_json,
 )
-from loadgen.scenario import Cell, PromptFile, Scenario, dump_scenario, expand_cells
+from loadgen.scenario import PromptFile, Scenario, dump_scenario
 from loadgen.schedule import iter_offsets
 from loadgen.workload import TextCalibration, build_prompts, random_words
 
@@ -94,8 +102,12 @@ def execute(
     base_url: str | None = None,
     observer: Observer | None = None,
     render_report: Callable[[dict[str, Any]], str] | None = None,
+    resume: bool = False,
+    retry_failed: bool = False,
 ) -> RunResult:
-    """Run every cell of ``scenario`` and write ``run_dir``; returns the summary."""
+    """Run every cell of ``scenario`` (one engine per distinct ``serve`` configuration, reused
+    across its cells) and write ``run_dir``. A cell that fails is recorded with its reason and
+    the run goes on; ``resume`` continues a run directory, skipping finished cells."""
     obs = observer or QuietObserver()
     if scenario.load.workers != 1:
         raise UsageError(
@@ -107,157 +119,344 @@ def execute(
             "target.base_url -> no server to measure; give --base-url, target.base_url "
             "or a serve: block"
         )
-    if (run_dir / RECORDS).exists():
-        raise UsageError(
-            f"{run_dir}: already holds a run ({RECORDS}); choose another --out or remove it"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SCENARIO).write_text(dump_scenario(scenario))
-    provenance: dict[str, Any] = {
-        "loadgen_version": __version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "user": getpass.getuser(),
-        "argv": sys.argv,
-        "seed": scenario.seed,
-        "start_wall": datetime.now(UTC).isoformat(),
-    }
-    write_json(run_dir / PROVENANCE, provenance)
-    server: LaunchedServer | None = None
-    try:
-        if base_url is None:
-            assert scenario.serve is not None
-            server, base_url = _launch(scenario, run_dir, provenance, obs)
-        provenance["base_url"] = base_url
-        with asyncio.Runner(loop_factory=_new_loop) as runner:
-            summary, interrupted = runner.run(
-                _run(scenario, run_dir, base_url, provenance, obs, render_report)
+    cells = expand_cells(scenario)
+    if resume:
+        provenance, finished = _reopen(scenario, run_dir, retry_failed)
+    else:
+        if (run_dir / RECORDS).exists():
+            raise UsageError(
+                f"{run_dir}: already holds a run ({RECORDS}); choose another --out, remove it, "
+                "or continue it with --resume"
             )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / SCENARIO).write_text(dump_scenario(scenario))
+        provenance = {
+            "loadgen_version": __version__,
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "host": socket.gethostname(),
+            "user": getpass.getuser(),
+            "argv": sys.argv,
+            "seed": scenario.seed,
+            "start_wall": datetime.now(UTC).isoformat(),
+        }
+        finished = set()
+    write_json(run_dir / PROVENANCE, provenance)
+    groups = group_cells(cells, launched=base_url is None)
+    run = _Run(scenario, run_dir, provenance, obs, render_report, len(cells))
+    try:
+        for n, group in enumerate(groups):
+            todo = [c for c in group if c.index not in finished]
+            while todo and not run.stop_requested:
+                todo = run.serve_group(todo, base_url, n, len(groups), single=len(groups) == 1 and not finished)
     finally:
-        if server is not None:
-            server.stop()
+        run.close()
         provenance["end_wall"] = datetime.now(UTC).isoformat()
         write_json(run_dir / PROVENANCE, provenance)
-    return RunResult(run_dir, summary, interrupted)
+    return RunResult(run_dir, run.summary(), run.stop_requested)
 
 
-def _engine_launch(scenario: Scenario) -> tuple[LaunchSpec, dict[str, Any]]:
-    """The engine the ``serve:`` block names, checked as ``loadgen serve`` checks it."""
-    serve = scenario.serve
+def group_cells(cells: list[Cell], *, launched: bool) -> list[list[Cell]]:
+    """Cells that need the same engine, in order of first appearance (one group if none is launched)."""
+    if not launched:
+        return [cells]
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        assert cell.point is not None
+        assert cell.point.serve is not None
+        key = cell.point.serve.model_dump_json(exclude={"port"})
+        groups.setdefault(key, []).append(cell)
+    return list(groups.values())
+
+
+def _reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[dict[str, Any], set[int]]:
+    """An interrupted run directory to continue: same scenario; records of unfinished cells set aside."""
+    if not (run_dir / SCENARIO).is_file():
+        raise UsageError(f"{run_dir}: --resume needs an existing run directory (no {SCENARIO} there)")
+    if (run_dir / SCENARIO).read_text() != dump_scenario(scenario):
+        raise UsageError(
+            f"{run_dir}: --resume: the scenario differs from the one this run started with "
+            f"({SCENARIO}); resume with the same file and --set values, or start a new run"
+        )
+    statuses = read_cell_status(run_dir)
+    finished = {i for i, s in statuses.items() if s["status"] == "done" or not retry_failed}
+    set_aside_records(run_dir, keep=finished)
+    provenance: dict[str, Any] = orjson.loads((run_dir / PROVENANCE).read_bytes())
+    provenance.setdefault("resumed_wall", []).append(datetime.now(UTC).isoformat())
+    return provenance, finished
+
+
+class _Run:
+    """The state of one ``execute``: open files, summaries so far, the stop flag."""
+
+    def __init__(
+        self, scenario: Scenario, run_dir: Path, provenance: dict[str, Any], obs: Observer,
+        render_report: Callable[[dict[str, Any]], str] | None, n_cells: int,
+    ) -> None:
+        self.scenario, self.run_dir, self.provenance, self.obs = scenario, run_dir, provenance, obs
+        self.render_report, self.n_cells = render_report, n_cells
+        self.entries: dict[int, dict[str, Any]] = {
+            e["cell"]: e for e in build_summary_from_dir(run_dir, scenario)["cells"]
+        }
+        self.writer = RecordWriter(run_dir / RECORDS)
+        self.probes = ProbeLog(run_dir / PROBES)
+        self.status = CellStatusLog(run_dir)
+        self.stop_requested = False
+
+    def summary(self) -> dict[str, Any]:
+        cells = [self.entries[i] for i in sorted(self.entries)]
+        return assemble_summary(
+            self.scenario, cells, model=self.provenance.get("model"), interrupted=self.stop_requested
+        )
+
+    def write_outputs(self) -> None:
+        summary = self.summary()
+        write_json(self.run_dir / SUMMARY, summary)
+        if self.render_report is not None:
+            (self.run_dir / REPORT).write_text(self.render_report(summary))
+
+    def finish_cell(
+        self, cell: Cell, records: list[RequestRecord], status: str, reason: str | None, server: dict[str, Any]
+    ) -> None:
+        line = {"cell": cell.index, "status": status, "reason": reason, "server": server}
+        self.status.write(line)
+        samples = read_probes(self.run_dir / PROBES).get(cell.index, {})
+        self.entries[cell.index] = cell_summary(self.scenario, cell, records, line, samples)
+        self.write_outputs()
+        self.obs.cell_finished(cell, self.entries[cell.index].get("metrics") or {})
+        if status == "failed":
+            self.obs.message(f"cell {cell.index + 1}/{self.n_cells} failed: {reason}")
+
+    def serve_group(
+        self, todo: list[Cell], base_url: str | None, n: int, n_groups: int, *, single: bool
+    ) -> list[Cell]:
+        """Launch the group's engine (unless given a URL), run its cells; returns the cells left
+        when the engine died in one (they get a fresh engine), else []."""
+        server: LaunchedServer | None = None
+        point = todo[0].point
+        assert point is not None
+        info: dict[str, Any] = {}
+        url = base_url
+        if url is None:
+            log = SERVER_LOG if n_groups == 1 else f"server-{n + 1}.log"
+            try:
+                server, url, info = _launch(point, self.run_dir / log, self.provenance, self.obs)
+            except LaunchError as exc:
+                if single:
+                    raise
+                for cell in todo:
+                    self.finish_cell(cell, [], "failed", f"engine did not start: {exc}", describe_server(point, {}))
+                return []
+            except UsageError as exc:
+                for cell in todo:
+                    self.finish_cell(cell, [], "failed", str(exc), describe_server(point, {}))
+                return []
+        try:
+            with asyncio.Runner(loop_factory=_new_loop) as runner:
+                return runner.run(self._run_cells(todo, url, server, info))
+        finally:
+            if server is not None:
+                server.stop()
+
+    async def _run_cells(
+        self, todo: list[Cell], base_url: str, server: LaunchedServer | None, info: dict[str, Any]
+    ) -> list[Cell]:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        point = todo[0].point
+        assert point is not None
+        target = point.target
+        api_key = os.environ.get(target.api_key_env) if target.api_key_env else None
+        clock_base = self.provenance.setdefault("clock_base_ns", time.perf_counter_ns())
+        desc = describe_server(point, info)
+        try:
+            async with StreamingClient(target, base_url, clock_base_ns=clock_base, api_key=api_key) as client:
+                model = await _resolve_model(client, base_url, target.model, self.provenance)
+                self.provenance["model"] = model
+                write_json(self.run_dir / PROVENANCE, self.provenance)
+                calibration = TextCalibration()
+                if _needs_calibration(point):
+                    calibration = await _calibrate(client, point, model)
+                    self.provenance["text_calibration"] = {
+                        "overhead": calibration.overhead, "per_word": calibration.per_word,
+                    }
+                async with MetricsScraper(base_url) as scraper:
+                    return await self._cells(client, scraper, todo, server, model, calibration, desc, stop)
+        finally:
+            self.stop_requested = self.stop_requested or stop.is_set()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    async def _cells(
+        self, client: StreamingClient, scraper: MetricsScraper, todo: list[Cell], server: LaunchedServer | None,
+        model: str, calibration: TextCalibration, desc: dict[str, Any], stop: asyncio.Event,
+    ) -> list[Cell]:
+        """Measure the cells one after another; returns those left if the engine died."""
+        for k, cell in enumerate(todo):
+            if stop.is_set():
+                break
+            records: list[RequestRecord] = []
+
+            def emit(r: RequestRecord, records: list[RequestRecord] = records) -> None:
+                self.writer.write(r)
+                records.append(r)
+                self.obs.record(r)
+
+            interrupted = False
+            try:
+                await self._measure(client, scraper, server, cell, model, calibration, emit, stop)
+            finally:
+                interrupted = stop.is_set()
+                if not interrupted:
+                    status, reason = cell_outcome(records, server)
+                    self.finish_cell(cell, records, status, reason, desc)
+                elif records:  # measured before the stop: summarised, not finished
+                    samples = read_probes(self.run_dir / PROBES).get(cell.index, {})
+                    self.entries[cell.index] = cell_summary(
+                        self.scenario, cell, records, {"status": "interrupted", "server": desc}, samples
+                    )
+                    self.write_outputs()
+            if server is not None and server.proc is not None and server.proc.poll() is not None:
+                return todo[k + 1:]
+        return []
+
+    async def _measure(
+        self, client: StreamingClient, scraper: MetricsScraper, server: LaunchedServer | None, cell: Cell,
+        model: str, calibration: TextCalibration, emit: Callable[[RequestRecord], None], stop: asyncio.Event,
+    ) -> None:
+        """One cell with its probes: GPU memory of the engine's processes, the server's /metrics."""
+        def probe(kind: str) -> Callable[[dict[str, Any]], None]:
+            return lambda values: self.probes.write(cell.index, kind, values)
+
+        gpu = GpuSampler(server.proc.pid, probe("gpu")) if server is not None and server.proc else None
+
+        async def measured_window() -> None:
+            await scraper.reset_peak()
+            if gpu is not None:
+                gpu.start()
+            scraping = asyncio.create_task(scraper.run(probe("metrics")))
+            try:
+                await asyncio.sleep(0)
+                await _measure_window(client, self.scenario, cell, pool, emit, stop, self.obs, self.n_cells)
+            finally:
+                scraping.cancel()
+                await asyncio.gather(scraping, return_exceptions=True)
+                await scraper.scrape_once(probe("metrics"))
+                if gpu is not None:
+                    gpu.stop()
+
+        pool = _pool(self.scenario, cell, model, calibration)
+        await _warmup(client, cell, pool, emit, stop)
+        await measured_window()
+
+    def close(self) -> None:
+        self.writer.close()
+        self.probes.close()
+        self.status.close()
+        if self.entries:
+            self.write_outputs()
+
+
+def engine_spec(point: Scenario) -> EngineSpec:
+    """The engine a matrix point's ``serve:`` block names, resolved as ``loadgen serve`` does."""
+    serve = point.serve
     assert serve is not None
     assert serve.model is not None
-    sweep = [c for c in scenario.load.concurrency if isinstance(c, int)]
-    unlimited = len(sweep) < len(scenario.load.concurrency)
-    slots = serve.slots or max([*sweep, scenario.workload.num_prompts if unlimited else 1])
-    spec = build_spec(
+    sweep = [c for c in point.load.concurrency if isinstance(c, int)]
+    unlimited = len(sweep) < len(point.load.concurrency)
+    slots = serve.slots or max([*sweep, point.workload.num_prompts if unlimited else 1])
+    return build_spec(
         serve.model, backend=serve.engine, device=serve.device, quant=serve.quant, setting=serve.setting,
         tp=serve.tp, pp=serve.pp, gpus=serve.gpus, host=serve.host, port=serve.port or free_port(serve.host),
         kv_cache_dtype=serve.kv_cache_dtype, load_format=serve.load_format, attn=serve.attn, slots=slots,
         extra_args=serve.extra_args,
     )
-    launch = launch_spec(spec)
-    if serve.ready_timeout_s is not None:
-        launch = replace(launch, ready_timeout_s=serve.ready_timeout_s)
-    return launch, prepare(spec, launch, force=serve.force)
+
+
+def spec_summary(spec: EngineSpec) -> dict[str, Any]:
+    """The resolved engine configuration a cell ran on, as the tables show it."""
+    s = spec.setting
+    return {
+        "backend": spec.backend, "model": spec.served_name, "checkpoint": spec.model.checkpoint,
+        "quant": spec.model.quant, "device": spec.device, "gpus": list(spec.gpus),
+        "gpu_count": len(spec.gpus) if spec.device == "cuda" else 0, "tp": spec.tp, "pp": spec.pp,
+        "setting": s.name, "setting_values": {
+            "gpu_memory_utilization": s.gpu_memory_utilization, "max_model_len": s.max_model_len,
+            "enforce_eager": s.enforce_eager,
+        },
+        "attn": spec.attn,
+    }
 
 
 def _launch(
-    scenario: Scenario, run_dir: Path, provenance: dict[str, Any], obs: Observer
-) -> tuple[LaunchedServer, str]:
-    """Start the simulator or engine of the ``serve:`` block; its log goes to the run directory."""
-    assert scenario.serve is not None
-    if scenario.serve.engine == "sim":
-        spec = sim_spec(scenario.serve)
-        info: dict[str, Any] = {"backend": "sim", "argv": list(spec.argv)}
+    point: Scenario, log_path: Path, provenance: dict[str, Any], obs: Observer
+) -> tuple[LaunchedServer, str, dict[str, Any]]:
+    """Start the simulator or engine of a point's ``serve:`` block, logging to ``log_path``."""
+    assert point.serve is not None
+    if point.serve.engine == "sim":
+        launch = sim_spec(point.serve)
+        info: dict[str, Any] = {"backend": "sim", "argv": list(launch.argv)}
     else:
-        spec, info = _engine_launch(scenario)
+        spec = engine_spec(point)
+        launch = launch_spec(spec)
+        if point.serve.ready_timeout_s is not None:
+            launch = replace(launch, ready_timeout_s=point.serve.ready_timeout_s)
+        info = prepare(spec, launch, force=point.serve.force)
+        info["spec"] = spec_summary(spec)
+    info["log"] = log_path.name
     provenance["server"] = info
-    write_json(run_dir / PROVENANCE, provenance)
-    server = LaunchedServer(spec, run_dir / SERVER_LOG)
-    obs.message(f"starting {spec.name}: {shell_line(spec)}")
+    provenance.setdefault("servers", []).append(info)
+    write_json(log_path.parent / PROVENANCE, provenance)
+    server = LaunchedServer(launch, log_path)
+    obs.message(f"starting {launch.name}: {shell_line(launch)}")
     t = time.monotonic()
 
     def spawned(pid: int) -> None:  # on record before readiness, so that no engine goes untraced
         info["pid"] = pid
-        write_json(run_dir / PROVENANCE, provenance)
+        write_json(log_path.parent / PROVENANCE, provenance)
 
     base_url = server.start(on_spawn=spawned)
     info["ready_s"] = round(time.monotonic() - t, 3)
-    if spec.name != "sim":
+    if launch.name != "sim":
         info["engine"] = engine_info(base_url)
-    obs.message(f"{spec.name} ready at {base_url} in {info['ready_s']:.1f} s (log: {run_dir / SERVER_LOG})")
-    return server, base_url
+    write_json(log_path.parent / PROVENANCE, provenance)
+    obs.message(f"{launch.name} ready at {base_url} in {info['ready_s']:.1f} s (log: {log_path})")
+    return server, base_url, info
 
 
-async def _run(
-    scenario: Scenario,
-    run_dir: Path,
-    base_url: str,
-    provenance: dict[str, Any],
-    obs: Observer,
-    render_report: Callable[[dict[str, Any]], str] | None,
-) -> tuple[dict[str, Any], bool]:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    target = scenario.target
-    api_key = os.environ.get(target.api_key_env) if target.api_key_env else None
-    cells = expand_cells(scenario)
-    entries: list[dict[str, Any]] = []
-    writer = RecordWriter(run_dir / RECORDS)
-    clock_base = time.perf_counter_ns()
-    provenance["clock_base_ns"] = clock_base
-
-    def summary_now() -> dict[str, Any]:
-        return assemble_summary(scenario, entries, model=provenance.get("model"), interrupted=stop.is_set())
-
-    try:
-        async with StreamingClient(target, base_url, clock_base_ns=clock_base, api_key=api_key) as client:
-            model = await _resolve_model(client, base_url, target.model, provenance)
-            provenance["model"] = model
-            write_json(run_dir / PROVENANCE, provenance)
-            calibration = TextCalibration()
-            if _needs_calibration(scenario):
-                calibration = await _calibrate(client, scenario, model)
-                provenance["text_calibration"] = {
-                    "overhead": calibration.overhead, "per_word": calibration.per_word,
-                }
-            for cell in cells:
-                if stop.is_set():
-                    break
-                records: list[RequestRecord] = []
-
-                def emit(r: RequestRecord, records: list[RequestRecord] = records) -> None:
-                    writer.write(r)
-                    records.append(r)
-                    obs.record(r)
-
-                try:
-                    await _run_cell(client, scenario, cell, model, calibration, emit, stop, obs, len(cells))
-                finally:
-                    # each cell is summarised once, also when the run breaks off inside it
-                    if records:
-                        entries.append(cell_summary(scenario, cell, records))
-                _write_outputs(run_dir, summary_now(), render_report)
-                if records:
-                    obs.cell_finished(cell, entries[-1]["metrics"])
-    finally:
-        writer.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        if writer.count:
-            _write_outputs(run_dir, summary_now(), render_report)
-    return summary_now(), stop.is_set()
+def describe_server(point: Scenario, info: dict[str, Any]) -> dict[str, Any]:
+    """What a table needs to know of a cell's server: engine, model, quantization, GPUs, setting."""
+    serve = point.serve
+    if serve is None:
+        return {"backend": None, "base_url": point.target.base_url, "launched": False}
+    out: dict[str, Any] = {
+        "backend": serve.engine, "model": serve.model, "quant": serve.quant or "bf16",
+        "setting": serve.setting, "launched": True,
+    }
+    spec = info.get("spec")
+    if spec:
+        out |= spec
+    engine = info.get("engine") or {}
+    if engine.get("version"):
+        out["version"] = engine["version"]
+    return out
 
 
-def _write_outputs(
-    run_dir: Path, summary: dict[str, Any], render_report: Callable[[dict[str, Any]], str] | None
-) -> None:
-    write_json(run_dir / SUMMARY, summary)
-    if render_report is not None:
-        (run_dir / REPORT).write_text(render_report(summary))
+def cell_outcome(records: list[RequestRecord], server: LaunchedServer | None) -> tuple[str, str | None]:
+    """``done``, or ``failed`` with the reason: no request completed, or the engine died."""
+    measured = [r for r in records if not r.warmup]
+    if server is not None and server.proc is not None and (code := server.proc.poll()) is not None:
+        last = tail(server.log_path, 1).strip()
+        return "failed", f"engine exited with status {code} during the cell ({last[:200]})"
+    if measured and any(r.ok for r in measured):
+        return "done", None
+    failed = [r for r in records if not r.ok]
+    if not failed:
+        return "failed", "no request was measured"
+    detail = Counter(f"{r.error}: {r.error_detail or ''}".strip() for r in failed).most_common(1)[0][0]
+    return "failed", f"no request completed ({detail[:300]})"
 
 
 async def _resolve_model(
@@ -314,34 +513,32 @@ async def _calibrate(client: StreamingClient, scenario: Scenario, model: str) ->
     return TextCalibration(overhead=t1 - per_word * w1, per_word=per_word)
 
 
-async def _run_cell(
-    client: StreamingClient,
-    scenario: Scenario,
-    cell: Cell,
-    model: str,
-    calibration: TextCalibration,
-    emit: Callable[[RequestRecord], None],
-    stop: asyncio.Event,
-    obs: Observer,
-    n_cells: int,
-) -> None:
-    w, ld = scenario.workload, scenario.load
-    prompts = build_prompts(
-        w, cell.input_tokens, api=scenario.target.api, seed=scenario.seed, calibration=calibration
-    )
-    pool = [
+def _pool(scenario: Scenario, cell: Cell, model: str, calibration: TextCalibration) -> list[PreparedRequest]:
+    point = cell.point or scenario
+    w = point.workload
+    prompts = build_prompts(w, cell.input_tokens, api=point.target.api, seed=scenario.seed, calibration=calibration)
+    return [
         PreparedRequest(
             cell.index,
             encode_payload(build_payload(
-                scenario.target.api, model, p, cell.output_tokens, sampling=w.sampling,
+                point.target.api, model, p, cell.output_tokens, sampling=w.sampling,
                 ignore_eos=w.ignore_eos, min_tokens=w.min_tokens,
-                continuous_usage_stats=scenario.target.continuous_usage_stats,
+                continuous_usage_stats=point.target.continuous_usage_stats,
             )),
             p.input_tokens,
             cell.output_tokens,
         )
         for p in prompts
     ]
+
+
+async def _warmup(
+    client: StreamingClient, cell: Cell, pool: list[PreparedRequest],
+    emit: Callable[[RequestRecord], None], stop: asyncio.Event,
+) -> None:
+    point = cell.point
+    assert point is not None
+    w, ld = point.workload, point.load
     # open the connections the measured window needs, so TTFT holds no connection setup
     await client.open_connections(min(cell.concurrency or w.num_prompts, w.num_prompts, 1024))
     if ld.warmup_requests:
@@ -349,6 +546,20 @@ async def _run_cell(
         conc = min(cell.concurrency or len(warm), len(warm))
         plan = LoadPlan(warm, iter_offsets(None), len(warm), conc)
         await run_load(client, plan, start_ns=time.perf_counter_ns(), emit=emit, stop=stop)
+
+
+async def _measure_window(
+    client: StreamingClient,
+    scenario: Scenario,
+    cell: Cell,
+    pool: list[PreparedRequest],
+    emit: Callable[[RequestRecord], None],
+    stop: asyncio.Event,
+    obs: Observer,
+    n_cells: int,
+) -> None:
+    point = cell.point or scenario
+    w, ld = point.workload, point.load
     count = None if ld.duration_s else w.num_prompts
     obs.cell_started(cell, count, n_cells)
     offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=scenario.seed)

@@ -2,14 +2,13 @@
 
 A scenario is validated once, here, with unknown keys rejected. Validation failures become
 one ``ScenarioError`` whose message names the file, each offending field and the fix.
-``expand_cells`` turns the sweepable keys (input/output tokens, concurrency, rate) into
-concrete ``Cell`` objects, one per combination.
+A ``matrix:`` block and list values under ``serve:`` make a matrix; ``loadgen.matrix`` expands
+it (and the workload / load sweeps) into cells.
 """
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
+import copy
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -220,8 +219,72 @@ class Serve(_Model):
         return self.backend or "sim"
 
 
+class Override(_Model):
+    """Matrix points matching ``when`` (axis -> value or list of values) get ``set`` applied."""
+
+    when: dict[str, Any]
+    set: dict[str, Any]
+
+
+class Matrix(_Model):
+    """Axes (an alias such as ``model`` or a dotted scenario key) -> values; every combination
+    is a point, minus ``exclude`` matches, with ``overrides`` applied."""
+
+    axes: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
+    exclude: tuple[dict[str, Any], ...] = ()
+    overrides: tuple[Override, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_axes(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "axes" in data:
+            return data
+        axes = {k: (v if isinstance(v, list) else [v]) for k, v in data.items() if k not in ("exclude", "overrides")}
+        return {"axes": axes, **{k: data[k] for k in ("exclude", "overrides") if k in data}}
+
+    @model_validator(mode="after")
+    def _check(self) -> Matrix:
+        for axis, values in self.axes.items():
+            if axis not in AXES and axis.split(".")[0] not in SWEEP_SECTIONS:
+                raise ValueError(
+                    f"matrix.{axis}: unknown axis; use one of {', '.join(AXES)} or a dotted key such as serve.tp"
+                )
+            if not values:
+                raise ValueError(f"matrix.{axis}: give at least one value")
+        for rule in (*self.exclude, *(o.when for o in self.overrides)):
+            unknown = [k for k in rule if k not in self.axes]
+            if unknown:
+                raise ValueError(
+                    f"matrix: {unknown[0]!r} in exclude/overrides is not an axis of this matrix "
+                    f"({', '.join(self.axes)})"
+                )
+        return self
+
+
+# short axis names -> the scenario key they set
+AXES: dict[str, str] = {
+    "model": "serve.model", "quant": "serve.quant", "backend": "serve.backend", "engine": "serve.backend",
+    "device": "serve.device", "setting": "serve.setting", "tp": "serve.tp", "pp": "serve.pp",
+    "gpus": "serve.gpus", "attn": "serve.attn", "kv_cache_dtype": "serve.kv_cache_dtype",
+    "input_tokens": "workload.input_tokens", "output_tokens": "workload.output_tokens",
+    "num_prompts": "workload.num_prompts", "concurrency": "load.concurrency", "rate": "load.rate",
+    "note": "note",
+}
+SWEEP_SECTIONS = ("serve", "workload", "load", "target", "note", "sampling")
+# serve keys that may be written as a list, each value becoming a matrix axis
+SERVE_LIST_KEYS = ("model", "backend", "quant", "setting", "tp", "attn", "device", "kv_cache_dtype")
+
+
 class Scenario(_Model):
     name: str = "run"
+    # single-stream: batch 1, num_prompts repeats (default 3) of output_tokens (default 2048);
+    # throughput: every prompt offered at once unless a rate is given; sweep: as written
+    kind: Literal["sweep", "single-stream", "throughput"] = "sweep"
+    # single-stream speed: output tokens / request time (Qwen2, Qwen2.5), or (prompt + output) / time
+    speed: Literal["output", "total"] = "output"
+    # free text for the tables' Note column (usually set per matrix point by an override)
+    note: str = ""
+    matrix: Matrix | None = None
     target: Target = Target()
     workload: Workload = Workload()
     load: Load = Load()
@@ -229,34 +292,24 @@ class Scenario(_Model):
     serve: Serve | None = None
     seed: int = 0
 
-
-@dataclass(frozen=True, slots=True)
-class Cell:
-    """One concrete point of a sweep; ``concurrency=None`` is unlimited, ``rate=None`` all at once."""
-
-    index: int
-    input_tokens: int
-    output_tokens: int
-    concurrency: int | None
-    rate: float | None
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "concurrency": "unlimited" if self.concurrency is None else self.concurrency,
-            "rate": self.rate,
-        }
-
-
-def expand_cells(scenario: Scenario) -> list[Cell]:
-    """One cell per combination of the swept values, in file order."""
-    w, ld = scenario.workload, scenario.load
-    combos = itertools.product(w.input_tokens, w.output_tokens, ld.concurrency, ld.rate)
-    return [
-        Cell(i, inp, out, None if conc == "unlimited" else int(conc), rate)
-        for i, (inp, out, conc, rate) in enumerate(combos)
-    ]
+    @model_validator(mode="after")
+    def _kind_defaults(self) -> Scenario:
+        w, ld = self.workload, self.load
+        if self.kind == "single-stream":
+            if any(c != 1 for c in ld.concurrency) or any(r is not None for r in ld.rate):
+                raise ValueError(
+                    "kind single-stream runs at batch 1: drop load.concurrency and load.rate (or set concurrency: 1)"
+                )
+            update: dict[str, Any] = {}
+            if "num_prompts" not in w.model_fields_set:
+                update["num_prompts"] = 3
+            if "output_tokens" not in w.model_fields_set:
+                update["output_tokens"] = (2048,)
+            if update:
+                object.__setattr__(self, "workload", w.model_copy(update=update))
+        if self.kind == "throughput" and "concurrency" not in ld.model_fields_set:
+            object.__setattr__(self, "load", ld.model_copy(update={"concurrency": ("unlimited",)}))
+        return self
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -267,9 +320,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    for text in overrides:
-        path, value = parse_override(text)
+def apply_overrides(
+    data: dict[str, Any], overrides: list[str], values: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Set ``--set`` texts and ``values`` (dotted key -> value) in ``data``, creating sections."""
+    items = [parse_override(t) for t in overrides] + [(k.split("."), v) for k, v in (values or {}).items()]
+    for path, value in items:
         node = data
         for part in path[:-1]:
             child = node.get(part)
@@ -311,6 +367,28 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
     return f"{source}: " + "; ".join(parts)
 
 
+def _serve_lists_to_matrix(data: dict[str, Any]) -> dict[str, Any]:
+    """``serve: {model: [a, b]}`` is a matrix axis ``serve.model``, varied before the matrix's own;
+    the template the points are made from holds each axis's first value."""
+    serve = data.get("serve")
+    matrix = data.get("matrix")
+    if isinstance(serve, dict):
+        lists = {k: v for k, v in serve.items() if k in SERVE_LIST_KEYS and isinstance(v, list)}
+        if lists and (matrix is None or isinstance(matrix, dict)):
+            data = {**data, "serve": {k: v for k, v in serve.items() if k not in lists}}
+            matrix = data["matrix"] = {**{k: v for k, v in lists.items()}, **(matrix or {})}
+    if isinstance(matrix, dict):
+        data = copy.deepcopy(data)
+        for axis, values in matrix.items():
+            if axis in ("exclude", "overrides") or not isinstance(axis, str):
+                continue
+            first = values[0] if isinstance(values, list) and values else values
+            if isinstance(values, list) and not values:
+                continue
+            apply_overrides(data, [], {AXES.get(axis, axis): first})
+    return data
+
+
 def parse_scenario(
     data: Any, source: str = "<scenario>", overrides: list[str] | None = None
 ) -> Scenario:
@@ -319,6 +397,7 @@ def parse_scenario(
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: expected a mapping of keys at the top level")
     data = apply_overrides(data, overrides or [])
+    data = _serve_lists_to_matrix(data)
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
@@ -349,6 +428,9 @@ def load_scenario(path: Path | str, overrides: list[str] | None = None) -> Scena
             )
         new_workload = scenario.workload.model_copy(update={"prompt": PromptFile(file=file)})
         scenario = scenario.model_copy(update={"workload": new_workload})
+    from loadgen.matrix import expand_cells
+
+    expand_cells(scenario, source=str(path))  # a matrix point that is not valid fails here, not mid-run
     return scenario
 
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import ScenarioError
-from loadgen.scenario import expand_cells, load_scenario, parse_scenario
+from loadgen.matrix import expand_cells
+from loadgen.scenario import load_scenario, parse_scenario
 
 SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))
 
