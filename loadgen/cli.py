@@ -151,48 +151,130 @@ def run(
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="override a scenario key: dotted.key=value")
     ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="continue this run directory, skipping finished cells")
+    ] = None,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="with --resume: measure failed cells again")
+    ] = False,
 ) -> None:
     """Run a scenario: measure, write a run directory, print the tables."""
+    from loadgen.errors import UsageError
     from loadgen.rundir import default_run_dir
     from loadgen.runner import execute
     from loadgen.scenario import load_scenario
 
     sc = load_scenario(scenario, overrides or [])
-    run_dir = out_dir or default_run_dir(sc)
+    if resume is not None and out_dir is not None and resume != out_dir:
+        raise UsageError("--resume DIR continues DIR; drop --out")
+    run_dir = resume or out_dir or default_run_dir(sc)
     observer = ProgressObserver(err())
     try:
-        result = execute(sc, run_dir, base_url=base_url, observer=observer, render_report=render_markdown)
+        result = execute(
+            sc, run_dir, base_url=base_url, observer=observer, render_report=render_markdown,
+            resume=resume is not None, retry_failed=retry_failed,
+        )
     finally:
         observer.close()
-    print_summary(result.summary)
+    summary = result.summary
+    if summary["kind"] == "sweep":
+        print_summary(summary)
+    else:
+        for t in _tables_of(summary, summary["kind"], spread=True):
+            _print_table(t, "md")
+    failed = [c for c in summary["cells"] if c.get("status") == "failed"]
+    for c in failed:
+        err().print(f"cell {c['cell'] + 1} failed: {c['reason']}", highlight=False, soft_wrap=True)
     out().print(f"run directory: {result.run_dir}", highlight=False)
     if result.interrupted:
         err().print("interrupted: the run directory holds every request measured before the stop")
         raise typer.Exit(130)
 
 
+TABLES = ("single-stream", "throughput", "sweep")
+
+
+def _tables_of(summary: dict[str, Any], table: str, spread: bool) -> list[Any]:
+    from loadgen.published import single_stream_tables, throughput_rows, throughput_table
+
+    if table == "single-stream":
+        return single_stream_tables(summary, spread=spread)
+    return [throughput_table(throughput_rows(summary), title=f"- {summary['scenario']}")]
+
+
+def _print_table(table: Any, fmt: str) -> None:
+    from loadgen.tables import render
+
+    if fmt in ("rst", "md") and table.title:
+        out().print(table.title + "\n", markup=False, highlight=False)
+    out().print(render(table, fmt), markup=False, highlight=False, soft_wrap=True)
+    if fmt in ("rst", "md"):
+        out().print("", highlight=False)
+
+
 @app.command()
 @handles_errors
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="run directories")],
-    fmt: Annotated[str, typer.Option("--format", help="console | md | json")] = "console",
+    table: Annotated[
+        str | None, typer.Option(help="single-stream | throughput | sweep (default: the scenario's kind)")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="console | md | rst | csv | json")] = "console",
+    spread: Annotated[bool, typer.Option("--spread", help="single-stream: add the speed's std over repeats")] = False,
+    plot: Annotated[bool, typer.Option("--plot", help="write PNG charts into each run directory")] = False,
 ) -> None:
     """Re-render run directories from their records alone, without touching a server."""
     from loadgen.errors import UsageError
     from loadgen.rundir import rebuild_summary
 
-    if fmt not in ("console", "md", "json"):
-        raise UsageError(f"--format {fmt!r}: choose console, md or json")
+    if fmt not in ("console", "md", "rst", "csv", "json"):
+        raise UsageError(f"--format {fmt!r}: choose console, md, rst, csv or json")
+    if table is not None and table not in TABLES:
+        raise UsageError(f"--table {table!r}: choose {', '.join(TABLES)} (compare has its own command)")
     for run_dir in run_dirs:
         summary = rebuild_summary(run_dir)
-        if fmt == "json":
+        kind = table or ("sweep" if summary["kind"] == "sweep" else summary["kind"])
+        if plot:
+            from loadgen.plots import write_plots
+
+            for path in write_plots(summary, run_dir):
+                err().print(f"wrote {path}", highlight=False)
+        if kind != "sweep":
+            for t in _tables_of(summary, kind, spread):
+                _print_table(t, "md" if fmt == "console" else fmt)
+        elif fmt == "json":
             text = orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode()
             out().print(text, markup=False, highlight=False)
         elif fmt == "md":
             out().print(render_markdown(summary), markup=False, highlight=False)
+        elif fmt in ("rst", "csv"):
+            raise UsageError(f"--format {fmt}: a sweep renders as console, md or json; or pass --table")
         else:
             out().print(f"{run_dir}", style="bold", highlight=False)
             print_summary(summary)
+
+
+@app.command()
+@handles_errors
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(help="run directories to compare")],
+    baseline: Annotated[Path, typer.Option(help="the run the others are measured against (Speed X = 1)")],
+    fmt: Annotated[str, typer.Option("--format", help="md | rst | csv | json")] = "md",
+) -> None:
+    """Runs against a baseline: Avg Tok/s, Max Mem (MiB), Speed X, Max mem % (004's table)."""
+    from loadgen.errors import UsageError
+    from loadgen.published import compare_rows, compare_table
+    from loadgen.rundir import rebuild_summary
+    from loadgen.tables import render
+
+    if fmt not in ("md", "rst", "csv", "json"):
+        raise UsageError(f"--format {fmt!r}: choose md, rst, csv or json")
+    dirs = list(dict.fromkeys([baseline, *run_dirs]))
+    summaries = [(str(d), rebuild_summary(d)) for d in dirs]
+    rows, base = compare_rows(summaries, summaries[0])
+    if base < 0:
+        raise UsageError(f"--baseline {baseline}: the run has no finished cell to compare against")
+    out().print(render(compare_table(rows, base), fmt), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

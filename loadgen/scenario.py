@@ -379,7 +379,8 @@ def _serve_lists_to_matrix(data: dict[str, Any]) -> dict[str, Any]:
             matrix = data["matrix"] = {**{k: v for k, v in lists.items()}, **(matrix or {})}
     if isinstance(matrix, dict):
         data = copy.deepcopy(data)
-        for axis, values in matrix.items():
+        axes = matrix.get("axes") if isinstance(matrix.get("axes"), dict) else matrix
+        for axis, values in axes.items():
             if axis in ("exclude", "overrides") or not isinstance(axis, str):
                 continue
             first = values[0] if isinstance(values, list) and values else values
