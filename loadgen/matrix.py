@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from loadgen.errors import ScenarioError
-from loadgen.scenario import AXES, Scenario, apply_overrides, format_validation_error
+from loadgen.scenario import AXES, Matrix, Scenario, apply_overrides, format_validation_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +54,14 @@ def _matches(labels: dict[str, Any], rule: dict[str, Any]) -> bool:
 
 def points(scenario: Scenario, source: str = "<scenario>") -> list[tuple[dict[str, Any], Scenario]]:
     """Every matrix point as (axis -> value, its scenario); one point when there is no matrix."""
-    matrix = scenario.matrix
-    if matrix is None or not matrix.axes:
+    blocks = [m for m in scenario.matrix_blocks if m.axes]
+    if not blocks:
         return [({}, scenario)]
     base = scenario.model_dump(mode="json", exclude={"matrix"}, exclude_unset=True)
+    return [p for matrix in blocks for p in _block_points(matrix, base, source)]
+
+
+def _block_points(matrix: Matrix, base: dict[str, Any], source: str) -> list[tuple[dict[str, Any], Scenario]]:
     out = []
     names = list(matrix.axes)
     for combo in itertools.product(*matrix.axes.values()):

@@ -284,7 +284,15 @@ class Scenario(_Model):
     speed: Literal["output", "total"] = "output"
     # free text for the tables' Note column (usually set per matrix point by an override)
     note: str = ""
-    matrix: Matrix | None = None
+    # one block, or a list of blocks whose points are concatenated (tables whose rows do not
+    # form one product, such as a model measured at two GPU counts)
+    matrix: Matrix | tuple[Matrix, ...] | None = None
+
+    @property
+    def matrix_blocks(self) -> tuple[Matrix, ...]:
+        if self.matrix is None:
+            return ()
+        return self.matrix if isinstance(self.matrix, tuple) else (self.matrix,)
     target: Target = Target()
     workload: Workload = Workload()
     load: Load = Load()
@@ -374,13 +382,16 @@ def _serve_lists_to_matrix(data: dict[str, Any]) -> dict[str, Any]:
     matrix = data.get("matrix")
     if isinstance(serve, dict):
         lists = {k: v for k, v in serve.items() if k in SERVE_LIST_KEYS and isinstance(v, list)}
-        if lists and (matrix is None or isinstance(matrix, dict)):
+        if lists and (matrix is None or isinstance(matrix, dict | list)):
             data = {**data, "serve": {k: v for k, v in serve.items() if k not in lists}}
-            matrix = data["matrix"] = {**{k: v for k, v in lists.items()}, **(matrix or {})}
-    if isinstance(matrix, dict):
+            blocks = matrix if isinstance(matrix, list) else [matrix or {}]
+            blocks = [{**lists, **b} if isinstance(b, dict) else b for b in blocks]
+            matrix = data["matrix"] = blocks if isinstance(matrix, list) else blocks[0]
+    first_block = matrix[0] if isinstance(matrix, list) and matrix else matrix
+    if isinstance(first_block, dict):
         data = copy.deepcopy(data)
-        axes = matrix.get("axes") if isinstance(matrix.get("axes"), dict) else matrix
-        for axis, values in axes.items():
+        axes = first_block.get("axes")
+        for axis, values in (axes if isinstance(axes, dict) else first_block).items():
             if axis in ("exclude", "overrides") or not isinstance(axis, str):
                 continue
             first = values[0] if isinstance(values, list) and values else values

@@ -1,0 +1,56 @@
+"""Prometheus parsing and per-cell server metrics against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+from loadgen.probes import histogram_quantile, parse_metrics, summarize_gpu, summarize_server_metrics
+
+PAGE = """# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{model_name="m"}} {running}
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{{model_name="m"}} {kv}
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{{model_name="m"}} {pre}
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{{le="0.1",model_name="m"}} {b1}
+vllm:time_to_first_token_seconds_bucket{{le="0.5",model_name="m"}} {b2}
+vllm:time_to_first_token_seconds_bucket{{le="+Inf",model_name="m"}} {b2}
+vllm:time_to_first_token_seconds_sum{{model_name="m"}} {s}
+vllm:time_to_first_token_seconds_count{{model_name="m"}} {b2}
+"""
+
+
+def test_parse_and_summarise_a_cell() -> None:
+    a = parse_metrics(PAGE.format(running=0, kv=0.0, pre=2, b1=1, b2=1, s=0.05))
+    b = parse_metrics(PAGE.format(running=4, kv=0.25, pre=5, b1=3, b2=5, s=1.25))
+    assert a["gauges"] == {"running": 0.0, "kv_cache_usage": 0.0}
+    assert b["counters"]["preemptions"] == 5.0
+    summary = summarize_server_metrics([{"values": a}, {"values": b}])
+    assert summary["running"] == {"max": 4.0, "mean": 2.0}
+    assert summary["preemptions"] == 3.0
+    ttft = summary["ttft_s"]
+    # 4 new requests: 2 in (0, 0.1], 2 in (0.1, 0.5]; mean (1.25 - 0.05) / 4 = 0.3
+    assert ttft["count"] == 4
+    assert math.isclose(ttft["mean"], 0.3)
+    # median: rank 2 of 4 is the top of the first bucket
+    assert math.isclose(ttft["p50"], 0.1)
+    # p90: rank 3.6, 1.6 of the 2 in (0.1, 0.5] -> 0.1 + 0.4 * 0.8 = 0.42
+    assert math.isclose(ttft["p90"], 0.42)
+
+
+def test_histogram_quantile_in_the_open_bucket_is_its_lower_bound() -> None:
+    assert histogram_quantile(0.99, [(1.0, 1.0), (math.inf, 10.0)]) == 1.0
+    assert histogram_quantile(0.5, []) is None
+
+
+def test_gpu_summary_peaks_per_gpu_and_in_total() -> None:
+    gib = 1 << 30
+    samples = [
+        {"values": {"held": {"0": 2 * gib, "1": 1 * gib}}},
+        {"values": {"held": {"0": 1 * gib, "1": 3 * gib}}},
+    ]
+    s = summarize_gpu(samples)
+    assert s["peak_gib_per_gpu"] == {"0": 2.0, "1": 3.0}
+    assert s["peak_gib_total"] == 4.0  # the peak of the sum, not the sum of the peaks
+    assert summarize_gpu([], reason="the engine runs on CPU") == {"available": False, "reason": "the engine runs on CPU"}
