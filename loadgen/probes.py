@@ -197,12 +197,20 @@ class ProbeLog:
     def __init__(self, path: Path) -> None:
         self._file = path.open("ab")  # noqa: SIM115 - closed in close()
         self._lock = threading.Lock()
+        self._by_cell: dict[int, dict[str, list[dict[str, Any]]]] = {}
 
     def write(self, cell: int, probe: str, values: dict[str, Any]) -> None:
-        line = orjson.dumps({"cell": cell, "probe": probe, "wall": time.time(), "values": values}) + b"\n"
+        sample = {"cell": cell, "probe": probe, "wall": time.time(), "values": values}
+        line = orjson.dumps(sample) + b"\n"
         with self._lock:
             self._file.write(line)
             self._file.flush()
+            self._by_cell.setdefault(cell, {}).setdefault(probe, []).append(sample)
+
+    def samples(self, cell: int) -> dict[str, list[dict[str, Any]]]:
+        """What this log wrote for ``cell`` (the same lines ``read_probes`` gives back), without re-reading the file."""
+        with self._lock:
+            return {k: list(v) for k, v in self._by_cell.get(cell, {}).items()}
 
     def close(self) -> None:
         self._file.close()

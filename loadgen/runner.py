@@ -35,7 +35,7 @@ from loadgen.errors import LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.launcher import LaunchedServer, free_port, sim_spec, tail
 from loadgen.matrix import Cell, expand_cells
 from loadgen.payload import Prompt, build_payload, encode_payload
-from loadgen.probes import PROBES, GpuSampler, MetricsScraper, ProbeLog, read_probes
+from loadgen.probes import PROBES, GpuSampler, MetricsScraper, ProbeLog
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.rundir import (
     PROVENANCE,
@@ -220,7 +220,7 @@ class _Run:
     ) -> None:
         line = {"cell": cell.index, "status": status, "reason": reason, "server": server}
         self.status.write(line)
-        samples = read_probes(self.run_dir / PROBES).get(cell.index, {})
+        samples = self.probes.samples(cell.index)
         self.entries[cell.index] = cell_summary(self.scenario, cell, records, line, samples)
         self.write_outputs()
         self.obs.cell_finished(cell, self.entries[cell.index].get("metrics") or {})
@@ -313,7 +313,7 @@ class _Run:
                     status, reason = cell_outcome(records, server)
                     self.finish_cell(cell, records, status, reason, desc)
                 elif records:  # measured before the stop: summarised, not finished
-                    samples = read_probes(self.run_dir / PROBES).get(cell.index, {})
+                    samples = self.probes.samples(cell.index)
                     self.entries[cell.index] = cell_summary(
                         self.scenario, cell, records, {"status": "interrupted", "server": desc}, samples
                     )
