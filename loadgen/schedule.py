@@ -40,6 +40,13 @@ def iter_offsets(
     if rate is None:
         while True:
             yield 0.0
+    if arrival == "constant":
+        # i / rate, not a running sum of 1 / rate: the sum drifts below a window's end
+        # (ten gaps of 0.1 add up to 0.9999999999999999) and lets one request too many in
+        i = 0
+        while True:
+            yield i / rate
+            i += 1
     rng = np.random.default_rng(seed)
     t = 0.0
     while True:

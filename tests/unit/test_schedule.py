@@ -34,3 +34,14 @@ def test_partition_round_robin_with_concurrency_shares() -> None:
     assert [list(r) for r, _ in shares] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
     assert [c for _, c in shares] == [3, 3, 2]
     assert partition(4, 2, None)[0][1] is None
+
+
+def test_constant_offsets_are_exact_multiples_of_the_gap() -> None:
+    import itertools
+
+    from loadgen.schedule import iter_offsets
+
+    offsets = list(itertools.islice(iter_offsets(10, arrival="constant"), 11))
+    # the eleventh request is due exactly at 1 s, so a 1 s window excludes it
+    assert offsets[10] == 1.0
+    assert offsets == [i / 10 for i in range(11)]
