@@ -11,58 +11,35 @@ import asyncio
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from loadgen.payload import ENDPOINTS, MalformedChunk, parse_chunk
-from loadgen.records import FailureClass, RequestRecord, TokenSource
+from loadgen.payload import ENDPOINTS, PreparedRequest
+from loadgen.records import FailureClass, RequestRecord
 from loadgen.scenario import Target
-from loadgen.sse import DONE, SSEParser
+from loadgen.stream import Outcome, StreamState, error_snippet
+
+__all__ = ["ConnectionPool", "PreparedRequest", "StreamingClient", "auth_headers"]
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedRequest:
-    """A request ready to send: its body is serialised before the measured window."""
+class _Trace:
+    """httpcore's trace hook: ``sent_at`` is when the request starts onto the wire.
 
-    cell: int
-    body: bytes
-    input_tokens: int | None
-    max_tokens: int
-    warmup: bool = False
+    Taken at "headers started", not "body complete": anyio yields to other tasks after a
+    write, so under a burst the later event fires milliseconds after the server already
+    has the request (measured TTFT then fell below the simulator's true TTFT).
+    """
 
+    __slots__ = ("st", "extensions")
 
-class _Stream:
-    """Mutable state of one request in flight, turned into a record when it ends."""
-
-    __slots__ = (
-        "sent_ns", "chunk_ns", "chunk_tokens", "cum_tokens", "usage_completion",
-        "prompt_tokens", "finish_reason", "done_ns", "status", "start_loop", "extensions",
-    )
-
-    def __init__(self) -> None:
-        self.sent_ns = 0
-        self.chunk_ns: list[int] = []
-        self.chunk_tokens: list[int] = []
-        self.cum_tokens = 0
-        self.usage_completion: int | None = None
-        self.prompt_tokens: int | None = None
-        self.finish_reason: str | None = None
-        self.done_ns: int | None = None
-        self.status: int | None = None
-        self.start_loop = 0.0
+    def __init__(self, st: StreamState) -> None:
+        self.st = st
         self.extensions = {"trace": self.trace}
 
     async def trace(self, event: str, info: dict[str, Any]) -> None:
-        """httpcore's trace hook: ``sent_at`` is when the request starts onto the wire.
-
-        Taken at "headers started", not "body complete": anyio yields to other tasks after a
-        write, so under a burst the later event fires milliseconds after the server already
-        has the request (measured TTFT then fell below the simulator's true TTFT).
-        """
         if event == "http11.send_request_headers.started":
-            self.sent_ns = time.perf_counter_ns()
+            self.st.sent_ns = time.perf_counter_ns()
 
 
 class ConnectionPool:
@@ -159,7 +136,8 @@ class StreamingClient:
         emit: Callable[[RequestRecord], None],
     ) -> None:
         """Send one request and ``emit`` its record (also when cancelled, before re-raising)."""
-        st = _Stream()
+        st = StreamState()
+        trace = _Trace(st)
         error: FailureClass | None = None
         detail: str | None = None
         loop = asyncio.get_running_loop()
@@ -169,21 +147,21 @@ class StreamingClient:
         try:
             async with asyncio.timeout(None) as scope:
                 st.sent_ns = time.perf_counter_ns()  # replaced by the trace hook once written
-                st.start_loop = loop.time()
+                start_loop = loop.time()
                 if first_deadline is not None:
-                    scope.reschedule(st.start_loop + first_deadline)
+                    scope.reschedule(start_loop + first_deadline)
                 async with http.stream(
                     "POST", self._url, content=req.body, headers=self._headers,
-                    extensions=st.extensions,
+                    extensions=trace.extensions,
                 ) as resp:
                     st.status = resp.status_code
                     if resp.status_code >= 400:
                         body = await resp.aread()
-                        error, detail = "http_status", _snippet(body)
+                        error, detail = "http_status", error_snippet(body)
                     else:
-                        error, detail = await self._read_stream(resp, st, scope, loop)
+                        error, detail = await self._read_stream(resp, st, scope, start_loop)
         except asyncio.CancelledError:
-            emit(self._record(req, request_id, scheduled_ns, st, "cancelled", "run stopped"))
+            emit(st.record(req, request_id, scheduled_ns, self._base, "cancelled", "run stopped"))
             raise
         except TimeoutError:
             error, detail = "timeout", "first token" if not st.chunk_ns else "total"
@@ -199,7 +177,7 @@ class StreamingClient:
             detail = f"{type(exc).__name__}: {exc}"
         finally:
             self._pool.release(http)  # after a failure httpcore has dropped the connection
-        emit(self._record(req, request_id, scheduled_ns, st, error, detail))
+        emit(st.record(req, request_id, scheduled_ns, self._base, error, detail))
 
     async def open_connections(self, count: int) -> None:
         """Open ``count`` keep-alive connections before the measured window (cheap GETs),
@@ -219,119 +197,17 @@ class StreamingClient:
                 self._pool.release(h)
 
     async def _read_stream(
-        self,
-        resp: httpx.Response,
-        st: _Stream,
-        scope: asyncio.Timeout,
-        loop: asyncio.AbstractEventLoop,
-    ) -> tuple[FailureClass | None, str | None]:
-        parser = SSEParser()
+        self, resp: httpx.Response, st: StreamState, scope: asyncio.Timeout, start_loop: float
+    ) -> Outcome:
         now = time.perf_counter_ns
-        result: tuple[FailureClass | None, str | None] | None = None
+        total = self._total_s
         async for raw in resp.aiter_raw():
-            if result is not None:
-                continue  # the chunked terminator after [DONE]: read it so the connection is kept
-            t = now()
-            for data in parser.feed(raw):
-                if data == DONE:
-                    st.done_ns = t
-                    result = (None, None)
-                    break
-                failure = self._on_chunk(data, t, st, scope, loop)
-                if failure is not None:
-                    st.done_ns = t
-                    return failure
-        if result is not None:
-            return result
-        t = now()
-        for data in parser.finish():
-            if data == DONE:
-                st.done_ns = t
-                return None, None
-            failure = self._on_chunk(data, t, st, scope, loop)
-            if failure is not None:
-                return failure
-        st.done_ns = t
-        if st.finish_reason is not None:
-            return None, None  # a complete stream whose server omits [DONE]
-        if parser.ignored_lines:
-            return "malformed", f"{parser.ignored_lines} lines without an SSE field"
-        return "stream_cut", "stream ended before finish_reason or [DONE]"
-
-    def _on_chunk(
-        self,
-        data: bytes,
-        t: int,
-        st: _Stream,
-        scope: asyncio.Timeout,
-        loop: asyncio.AbstractEventLoop,
-    ) -> tuple[FailureClass, str] | None:
-        try:
-            chunk = parse_chunk(data)
-        except MalformedChunk as exc:
-            return "malformed", str(exc)
-        if chunk.error is not None:
-            return "stream_error", chunk.error
-        if chunk.prompt_tokens is not None:
-            st.prompt_tokens = chunk.prompt_tokens
-        if chunk.completion_tokens is not None:
-            st.usage_completion = chunk.completion_tokens
-        if not chunk.has_choices:
-            return None  # the final usage chunk, or a keep-alive
-        if chunk.completion_tokens is not None:
-            # cumulative usage on every chunk: the exact number of tokens this chunk carried
-            n = chunk.completion_tokens - st.cum_tokens
-            st.cum_tokens = chunk.completion_tokens
-        else:
-            n = 1 if chunk.text else 0  # a role-only chat delta carries none
-        if n > 0:
-            if not st.chunk_ns:
-                total = self._total_s
-                scope.reschedule(st.start_loop + total if total is not None else None)
-            st.chunk_ns.append(t)
-            st.chunk_tokens.append(n)
-        if chunk.finish_reason is not None:
-            st.finish_reason = chunk.finish_reason
-        return None
-
-    def _record(
-        self,
-        req: PreparedRequest,
-        request_id: int,
-        scheduled_ns: int,
-        st: _Stream,
-        error: FailureClass | None,
-        detail: str | None,
-    ) -> RequestRecord:
-        base = self._base
-        sent = st.sent_ns
-        chunk_total = sum(st.chunk_tokens)
-        source: TokenSource = "usage" if st.usage_completion is not None else "chunks"
-        # the server's count where it sent one (per chunk or at the end), else what arrived
-        output = st.usage_completion if st.usage_completion is not None else chunk_total
-        return RequestRecord(
-            request_id=request_id,
-            cell=req.cell,
-            warmup=req.warmup,
-            scheduled_at=(scheduled_ns - base) / 1e9,
-            sent_at=(sent - base) / 1e9 if sent else None,
-            first_token_at=(st.chunk_ns[0] - base) / 1e9 if st.chunk_ns else None,
-            last_token_at=(st.chunk_ns[-1] - base) / 1e9 if st.chunk_ns else None,
-            done_at=(st.done_ns - base) / 1e9 if st.done_ns is not None else None,
-            input_tokens=req.input_tokens,
-            max_tokens=req.max_tokens,
-            prompt_tokens=st.prompt_tokens,
-            output_tokens=output,
-            token_count_source=source,
-            chunk_tokens_total=chunk_total,
-            chunk_offsets_s=tuple((c - sent) / 1e9 for c in st.chunk_ns),
-            chunk_tokens=tuple(st.chunk_tokens),
-            status=st.status,
-            error=error,
-            error_detail=detail,
-        )
-
-
-def _snippet(body: bytes) -> str:
-    text = body[:300].decode("utf-8", "replace").strip().replace("\n", " ")
-    return text or "(empty body)"
+            had_token = bool(st.chunk_ns)
+            if st.feed(raw, now()):
+                if st.outcome != (None, None):
+                    return st.end(0)  # a failure: stop reading, the connection is dropped
+                # [DONE]: read the chunked terminator after it, so the connection is kept
+            if not had_token and st.chunk_ns:
+                # the first token is in: from now on only the total timeout applies
+                scope.reschedule(start_loop + total if total is not None else None)
+        return st.end(now())

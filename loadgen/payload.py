@@ -17,6 +17,17 @@ ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/compl
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A request ready to send: its body is serialised before the measured window."""
+
+    cell: int
+    body: bytes
+    input_tokens: int | None
+    max_tokens: int
+    warmup: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Prompt:
     """One prompt: token ids (completions only), text, or chat messages."""
 

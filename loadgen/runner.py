@@ -23,18 +23,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-import numpy as np
 import orjson
 
 from loadgen import __version__
 from loadgen.backends import EngineSpec, build_spec, launch_spec, shell_line
-from loadgen.client import PreparedRequest, StreamingClient
+from loadgen.client import StreamingClient
 from loadgen.engine import LoadPlan, run_load
 from loadgen.engines import engine_info, prepare
 from loadgen.errors import LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.launcher import LaunchedServer, free_port, sim_spec, tail
 from loadgen.matrix import Cell, expand_cells
-from loadgen.payload import Prompt, build_payload, encode_payload
+from loadgen.payload import PreparedRequest
 from loadgen.probes import PROBES, GpuSampler, MetricsScraper, ProbeLog
 from loadgen.records import RecordWriter, RequestRecord
 from loadgen.rundir import (
@@ -52,9 +51,15 @@ from loadgen.rundir import (
     set_aside_records,
     write_json,
 )
-from loadgen.scenario import PromptFile, Scenario, dump_scenario
+from loadgen.scenario import Scenario, dump_scenario
 from loadgen.schedule import iter_offsets
-from loadgen.workload import TextCalibration, build_prompts, random_words
+from loadgen.workload import (
+    TextCalibration,
+    calibration_from,
+    calibration_probes,
+    needs_calibration,
+    prepare_requests,
+)
 
 
 class Observer(Protocol):
@@ -277,7 +282,7 @@ class _Run:
                 self.provenance["model"] = model
                 write_json(self.run_dir / PROVENANCE, self.provenance)
                 calibration = TextCalibration()
-                if _needs_calibration(point):
+                if needs_calibration(point):
                     calibration = await _calibrate(client, point, model)
                     self.provenance["text_calibration"] = {
                         "overhead": calibration.overhead, "per_word": calibration.per_word,
@@ -347,7 +352,7 @@ class _Run:
                 if gpu is not None:
                     gpu.stop()
 
-        pool = _pool(self.scenario, cell, model, calibration)
+        pool = prepare_requests(self.scenario, cell, model, calibration)
         await _warmup(client, cell, pool, emit, stop)
         await measured_window()
 
@@ -482,54 +487,15 @@ async def _resolve_model(
     return str(ids[0])
 
 
-def _needs_calibration(scenario: Scenario) -> bool:
-    w = scenario.workload
-    if isinstance(w.prompt, PromptFile):
-        return False
-    return scenario.target.api == "chat" or w.prompt == "text"
-
-
 async def _calibrate(client: StreamingClient, scenario: Scenario, model: str) -> TextCalibration:
     """Two probes (16 and 48 words) give the template overhead and tokens per word."""
-    rng = np.random.default_rng(scenario.seed)
     seen: list[RequestRecord] = []
     points = []
-    for words in (16, 48):
-        body = build_payload(
-            scenario.target.api, model, Prompt(None, text=random_words(rng, words)), 1,
-            sampling=scenario.workload.sampling, ignore_eos=scenario.workload.ignore_eos,
-            min_tokens=scenario.workload.min_tokens,
-            continuous_usage_stats=scenario.target.continuous_usage_stats,
-        )
-        req = PreparedRequest(-1, encode_payload(body), None, 1, warmup=True)
+    for words, body in calibration_probes(scenario, model):
+        req = PreparedRequest(-1, body, None, 1, warmup=True)
         await client.send(req, -1, time.perf_counter_ns(), seen.append)
-        if seen[-1].prompt_tokens is None:
-            return TextCalibration()
         points.append((words, seen[-1].prompt_tokens))
-    (w1, t1), (w2, t2) = points
-    per_word = (t2 - t1) / (w2 - w1)
-    if per_word <= 0:
-        return TextCalibration()
-    return TextCalibration(overhead=t1 - per_word * w1, per_word=per_word)
-
-
-def _pool(scenario: Scenario, cell: Cell, model: str, calibration: TextCalibration) -> list[PreparedRequest]:
-    point = cell.point or scenario
-    w = point.workload
-    prompts = build_prompts(w, cell.input_tokens, api=point.target.api, seed=scenario.seed, calibration=calibration)
-    return [
-        PreparedRequest(
-            cell.index,
-            encode_payload(build_payload(
-                point.target.api, model, p, cell.output_tokens, sampling=w.sampling,
-                ignore_eos=w.ignore_eos, min_tokens=w.min_tokens,
-                continuous_usage_stats=point.target.continuous_usage_stats,
-            )),
-            p.input_tokens,
-            cell.output_tokens,
-        )
-        for p in prompts
-    ]
+    return calibration_from(points)
 
 
 async def _warmup(

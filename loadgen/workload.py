@@ -17,8 +17,9 @@ import numpy as np
 import orjson
 
 from loadgen.errors import ScenarioError
-from loadgen.payload import Prompt
-from loadgen.scenario import PromptFile, Workload
+from loadgen.matrix import Cell
+from loadgen.payload import PreparedRequest, Prompt, build_payload, encode_payload
+from loadgen.scenario import PromptFile, Scenario, Workload
 
 # Words that encode to one token each (with their leading space) in the GPT-2, cl100k, Llama
 # and Qwen vocabularies, so text prompts land on their length without a tokenizer.
@@ -104,3 +105,63 @@ def build_prompts(
         return [Prompt(input_tokens, token_ids=tuple(row.tolist())) for row in ids]
     words = calibration.words_for(input_tokens)
     return [Prompt(input_tokens, text=random_words(rng, words)) for _ in range(n)]
+
+
+def needs_calibration(scenario: Scenario) -> bool:
+    """Text prompts (chat, or ``prompt: text``) need the server's template overhead and
+    tokens per word before they can hit an exact input length."""
+    w = scenario.workload
+    if isinstance(w.prompt, PromptFile):
+        return False
+    return scenario.target.api == "chat" or w.prompt == "text"
+
+
+def calibration_probes(scenario: Scenario, model: str) -> list[tuple[int, bytes]]:
+    """The two probe requests (16 and 48 words, 1 output token) as (words, body)."""
+    rng = np.random.default_rng(scenario.seed)
+    out = []
+    for words in (16, 48):
+        body = build_payload(
+            scenario.target.api, model, Prompt(None, text=random_words(rng, words)), 1,
+            sampling=scenario.workload.sampling, ignore_eos=scenario.workload.ignore_eos,
+            min_tokens=scenario.workload.min_tokens,
+            continuous_usage_stats=scenario.target.continuous_usage_stats,
+        )
+        out.append((words, encode_payload(body)))
+    return out
+
+
+def calibration_from(points: list[tuple[int, int | None]]) -> TextCalibration:
+    """The probes' (words, server's prompt_tokens) -> overhead and tokens per word; the
+    identity when the server reported no usage or the counts make no sense."""
+    if len(points) != 2:
+        return TextCalibration()
+    (w1, t1), (w2, t2) = points
+    if t1 is None or t2 is None:
+        return TextCalibration()
+    per_word = (t2 - t1) / (w2 - w1)
+    if per_word <= 0:
+        return TextCalibration()
+    return TextCalibration(overhead=t1 - per_word * w1, per_word=per_word)
+
+
+def prepare_requests(
+    scenario: Scenario, cell: Cell, model: str, calibration: TextCalibration
+) -> list[PreparedRequest]:
+    """The cell's prompts as serialised request bodies, built before the measured window."""
+    point = cell.point or scenario
+    w = point.workload
+    prompts = build_prompts(w, cell.input_tokens, api=point.target.api, seed=scenario.seed, calibration=calibration)
+    return [
+        PreparedRequest(
+            cell.index,
+            encode_payload(build_payload(
+                point.target.api, model, p, cell.output_tokens, sampling=w.sampling,
+                ignore_eos=w.ignore_eos, min_tokens=w.min_tokens,
+                continuous_usage_stats=point.target.continuous_usage_stats,
+            )),
+            p.input_tokens,
+            cell.output_tokens,
+        )
+        for p in prompts
+    ]
