@@ -410,6 +410,44 @@ def setup(
     setup_vllm_cpu(lambda line: err().print(line, markup=False, highlight=False, soft_wrap=True))
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    epilog="Every other option goes to Locust (see `python -m locust --help`): -u, -r, -t, --headless, "
+    "--csv, --master, --worker, --master-host, --expect-workers, --stop-timeout, ...",
+)
+@handles_errors
+def locust(
+    ctx: typer.Context,
+    print_locustfile: Annotated[
+        bool, typer.Option("--print-locustfile", help="print the locustfile's path (for plain `locust -f`) and exit")
+    ] = False,
+    shape: Annotated[
+        bool, typer.Option("--shape", help="run the scenario's load.concurrency steps (load.duration_s each)")
+    ] = False,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="also write loadgen's run directory (records.jsonl, summary.json)")
+    ] = None,
+) -> None:
+    """Locust with loadgen's LLM user: web UI on 127.0.0.1:8089, headless, or master/worker.
+
+    loadgen locust --scenario scenarios/chat.yaml --host http://127.0.0.1:8000/v1
+    """
+    import subprocess
+
+    from loadgen.locustcli import locust_command, locustfile
+
+    if print_locustfile:
+        out().print(str(locustfile(shape)), highlight=False, soft_wrap=True)
+        return
+    cmd, _ = locust_command(list(ctx.args), shape=shape, out=out_dir)
+    proc = subprocess.Popen(cmd)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        code = proc.wait()  # Locust got the same Ctrl-C: let it write its stats and stop
+    raise typer.Exit(code)
+
+
 def _version(value: bool) -> None:
     if value:
         out().print(f"loadgen {__version__}")

@@ -28,6 +28,9 @@ FailureClass = Literal[
 ]
 FAILURE_CLASSES: tuple[str, ...] = FailureClass.__args__  # type: ignore[attr-defined]
 
+# the fields of a record that are times on the run's clock (seconds after its clock base)
+RECORD_TIMES: tuple[str, ...] = ("scheduled_at", "sent_at", "first_token_at", "last_token_at", "done_at")
+
 TokenSource = Literal["usage", "tokenizer", "chunks"]
 
 

@@ -14,14 +14,19 @@
 
 from __future__ import annotations
 
+import getpass
+import platform
+import socket
+import sys
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 import yaml
 
+from loadgen import __version__
 from loadgen.errors import RunDirError, ScenarioError
 from loadgen.matrix import Cell, expand_cells
 from loadgen.metrics import summarize
@@ -41,6 +46,20 @@ CELLS = "cells.jsonl"
 def default_run_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return root / f"{scenario.name}-{stamp}"
+
+
+def base_provenance(scenario: Scenario) -> dict[str, Any]:
+    """What every run directory says of where and how it was made."""
+    return {
+        "loadgen_version": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "user": getpass.getuser(),
+        "argv": sys.argv,
+        "seed": scenario.seed,
+        "start_wall": datetime.now(UTC).isoformat(),
+    }
 
 
 def write_json(path: Path, data: Any) -> None:

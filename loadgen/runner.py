@@ -8,12 +8,8 @@ Progress goes to an ``Observer``; nothing here prints.
 from __future__ import annotations
 
 import asyncio
-import getpass
 import os
-import platform
 import signal
-import socket
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -25,7 +21,6 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from loadgen import __version__
 from loadgen.backends import EngineSpec, build_spec, launch_spec, shell_line
 from loadgen.client import StreamingClient
 from loadgen.engine import LoadPlan, run_load
@@ -45,6 +40,7 @@ from loadgen.rundir import (
     SUMMARY,
     CellStatusLog,
     assemble_summary,
+    base_provenance,
     build_summary_from_dir,
     cell_summary,
     read_cell_status,
@@ -135,16 +131,7 @@ def execute(
             )
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / SCENARIO).write_text(dump_scenario(scenario))
-        provenance = {
-            "loadgen_version": __version__,
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "host": socket.gethostname(),
-            "user": getpass.getuser(),
-            "argv": sys.argv,
-            "seed": scenario.seed,
-            "start_wall": datetime.now(UTC).isoformat(),
-        }
+        provenance = base_provenance(scenario)
         finished = set()
     write_json(run_dir / PROVENANCE, provenance)
     groups = group_cells(cells, launched=base_url is None)
