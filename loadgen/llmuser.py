@@ -14,6 +14,7 @@ one host; across hosts as good as their clock synchronisation).
 
 from __future__ import annotations
 
+import csv
 import itertools
 import logging
 import os
@@ -35,6 +36,7 @@ from locust.argument_parser import LocustArgumentParser
 from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
+from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from loadgen.errors import LoadgenError
 from loadgen.locustcore import (
@@ -330,13 +332,14 @@ class LLMUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
+        self.bench: Workbench | None = None
         try:
             if self.host is None:
                 raise LoadgenError("--host: give the server's base URL, e.g. --host http://127.0.0.1:8000/v1")
             self.bench = STATE.workbench(self.host)
         except LoadgenError as exc:
             STATE.give_up(str(exc))
-            raise StopUser() from None
+            return  # the task stops this user (Locust logs a traceback for a StopUser raised here)
         self.http = _client(URL(self.bench.host + self.bench.path), self.bench.timeouts)
         # open the connection before the first measured request, so TTFT holds no TCP setup
         try:
@@ -345,11 +348,14 @@ class LLMUser(User):
             pass  # the first request records what is wrong
 
     def on_stop(self) -> None:
-        self.http.close()
+        if self.bench is not None:
+            self.http.close()
 
     @task
     def stream(self) -> None:
         bench = self.bench
+        if bench is None:
+            raise StopUser()
         req = bench.pool[next(bench.next_prompt) % len(bench.pool)]
         request_id = next(STATE.request_ids)
         st = StreamState()
@@ -493,6 +499,7 @@ def _quitting(environment: Environment, **_: Any) -> None:
     opts = environment.parsed_options
     csv_prefix = getattr(opts, "csv_prefix", None)
     if csv_prefix:
+        _final_csv(environment, csv_prefix)
         Path(f"{csv_prefix}_llm.csv").write_text(rows_csv(rows))
     if STATE.sink is not None and STATE.plan is not None:
         users = STATE.plan.steps if STATE.used_shape else (max(STATE.peak_users, 1),)
@@ -503,6 +510,25 @@ def _quitting(environment: Environment, **_: Any) -> None:
         )
         STATE.sink.close(users, interrupted=False, server=server)
         log.info("loadgen: run directory %s (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
+
+
+def _final_csv(environment: Environment, prefix: str) -> None:
+    """Locust's --csv files as of the end of the run.
+
+    Locust rewrites them once a second from a background greenlet, so the requests that
+    finish in the last second (those the stop timeout let complete) were missing from them.
+    """
+    writer = StatsCSV(environment, PERCENTILES_TO_REPORT)
+    for suffix, write in (
+        ("_stats.csv", writer.requests_csv),
+        ("_failures.csv", writer.failures_csv),
+        ("_exceptions.csv", writer.exceptions_csv),
+    ):
+        path = Path(prefix + suffix)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", newline="") as f:
+            write(csv.writer(f))
+        tmp.replace(path)
 
 
 def _extend_web_ui(environment: Environment) -> None:

@@ -56,11 +56,12 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
             "point with --set"
         )
     w, ld = scenario.workload, scenario.load
-    if len(w.input_tokens) > 1 or len(w.output_tokens) > 1:
-        raise ScenarioError(
-            f"{source}: workload.input_tokens / output_tokens -> Locust runs one input and output "
-            f"length; pick one, e.g. --set workload.input_tokens={w.input_tokens[0]}"
-        )
+    for key, values in (("input_tokens", w.input_tokens), ("output_tokens", w.output_tokens)):
+        if len(values) > 1:
+            raise ScenarioError(
+                f"{source}: workload.{key} -> Locust runs one input and one output length; pick one, "
+                f"e.g. --set workload.{key}={values[0]}"
+            )
     if any(r is not None for r in ld.rate):
         raise ScenarioError(
             f"{source}: load.rate -> Locust users are closed-loop (each sends its next request when "

@@ -1,0 +1,228 @@
+"""``loadgen locust`` as real processes (Locust master, workers, the one-process runner) against
+``loadgen sim`` on 127.0.0.1: figures against the simulator's configured truth and its own count."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+import yaml
+
+from loadgen.launcher import free_port
+from loadgen.records import read_records
+from loadgen.rundir import SUMMARY, rebuild_summary
+from tests.conftest import StartSim
+
+TTFT_MS, ITL_MS = 50.0, 10.0
+OUTPUT = 32
+
+
+def sim_requests(base_url: str) -> int:
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
+    values = dict(line.split() for line in text.splitlines() if line and line[0] != "#")
+    return int(float(values["loadgen_sim_requests_total"]))
+
+
+def write_scenario(path: Path, **sections: object) -> Path:
+    data: dict[str, object] = {
+        "name": "locust",
+        "target": {"api": "completions"},
+        "workload": {"num_prompts": 50, "input_tokens": 64, "output_tokens": OUTPUT},
+    }
+    data.update(sections)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def locust(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", "locust", *args],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+def stats_rows(prefix: Path) -> dict[str, dict[str, str]]:
+    with Path(f"{prefix}_stats.csv").open() as f:
+        return {row["Name"]: row for row in csv.DictReader(f) if row["Type"] == "LLM"}
+
+
+def llm_rows(prefix: Path) -> dict[str, dict[str, str]]:
+    with Path(f"{prefix}_llm.csv").open() as f:
+        return {row["Name"]: row for row in csv.DictReader(f)}
+
+
+def test_headless_run_matches_the_simulator(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
+    scenario = write_scenario(tmp_path / "s.yaml")
+    prefix = tmp_path / "stats"
+    run = locust(
+        "--scenario", str(scenario), "--host", base_url, "--headless", "-u", "20", "-r", "20", "-t", "10s",
+        "--stop-timeout", "30", "--csv", str(prefix), "--out", str(tmp_path / "run"), "--only-summary",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    served = sim_requests(base_url)
+    rows = stats_rows(prefix)
+    assert set(rows) == {"TTFT", "TPOT", "ITL", "E2E"}
+    # every request the simulator served is one E2E entry, none failed, each with a first token
+    assert int(rows["E2E"]["Request Count"]) == served
+    assert int(rows["E2E"]["Failure Count"]) == 0
+    assert int(rows["TTFT"]["Request Count"]) == served
+    assert int(rows["TPOT"]["Request Count"]) == served
+    # one ITL entry per gap: OUTPUT - 1 per request, one token per chunk
+    assert int(rows["ITL"]["Request Count"]) == served * (OUTPUT - 1)
+    assert abs(float(rows["TTFT"]["Median Response Time"]) - TTFT_MS) <= 5
+    assert abs(float(rows["ITL"]["Median Response Time"]) - ITL_MS) <= 1
+    # response_length of E2E is the output tokens
+    assert float(rows["E2E"]["Average Content Size"]) == OUTPUT
+    assert served > 20 * 10  # about 10 s of 20 back-to-back streams of ~0.36 s
+
+    llm = llm_rows(prefix)
+    assert list(llm) == ["Total"]
+    assert int(llm["Total"]["Requests"]) == served
+    assert int(llm["Total"]["Output tokens"]) == served * OUTPUT
+
+    # loadgen's run directory: the same requests, and a summary re-derivable from it
+    run_dir = tmp_path / "run"
+    records = list(read_records(run_dir / "records.jsonl"))
+    assert len(records) == served
+    assert all(r.ok and r.output_tokens == OUTPUT and r.prompt_tokens == 64 for r in records)
+    summary = orjson.loads((run_dir / SUMMARY).read_bytes())
+    metrics = summary["cells"][0]["metrics"]
+    assert metrics["completed"] == served
+    assert summary["cells"][0]["params"]["concurrency"] == 20
+    assert abs(metrics["ttft_s"]["p50"] * 1e3 - TTFT_MS) <= 5
+    assert rebuild_summary(run_dir) == summary
+    report = subprocess.run(
+        [sys.executable, "-m", "loadgen", "report", str(run_dir)], capture_output=True, text=True, check=False
+    )
+    assert report.returncode == 0
+    assert f"completed {served}/{served}" in report.stdout
+
+
+def test_master_and_two_workers_merge_llm_metrics(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
+    scenario = str(write_scenario(tmp_path / "s.yaml"))
+    port = free_port("127.0.0.1")
+    prefix = tmp_path / "stats"
+    cmd = [sys.executable, "-m", "loadgen", "locust", "--scenario", scenario]
+    master = subprocess.Popen(
+        [*cmd, "--host", base_url, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+         "--expect-workers", "2", "--headless", "-u", "10", "-r", "10", "-t", "6s", "--stop-timeout", "30",
+         "--csv", str(prefix), "--out", str(tmp_path / "run"), "--only-summary"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    workers = [
+        subprocess.Popen(
+            [*cmd, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        out, _ = master.communicate(timeout=120)
+        for w in workers:
+            w.communicate(timeout=60)
+    finally:
+        for p in (master, *workers):
+            if p.poll() is None:
+                p.kill()
+    assert master.returncode == 0, out[-3000:]
+    assert all(w.returncode == 0 for w in workers)
+    served = sim_requests(base_url)
+
+    llm = llm_rows(prefix)
+    assert list(llm) == ["worker 1", "worker 2", "Total"]
+    per_worker = [int(llm[f"worker {k}"]["Requests"]) for k in (1, 2)]
+    assert all(n > 0 for n in per_worker)
+    assert sum(per_worker) == int(llm["Total"]["Requests"]) == served
+    assert int(llm["Total"]["Output tokens"]) == served * OUTPUT
+    # Locust's own merged entries agree
+    assert int(stats_rows(prefix)["E2E"]["Request Count"]) == served
+
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    assert Counter(r.worker for r in records) == {1: per_worker[0], 2: per_worker[1]}
+    assert sorted(r.request_id for r in records) == list(range(served))
+    # moved onto the master's clock: the whole run fits its 6 s window (plus the last streams)
+    sent = [r.sent_at for r in records if r.sent_at is not None]
+    assert max(sent) - min(sent) < 6.5
+    ttfts = sorted((r.first_token_at or 0) - (r.sent_at or 0) for r in records)
+    assert abs(ttfts[len(ttfts) // 2] * 1e3 - TTFT_MS) <= 5
+
+
+def test_shape_runs_the_concurrency_steps_as_cells_with_calibrated_chat(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
+    scenario = write_scenario(
+        tmp_path / "s.yaml", target={"api": "chat"}, load={"concurrency": [2, 4], "duration_s": 3},
+    )
+    run = locust(
+        "--shape", "--scenario", str(scenario), "--host", base_url, "--headless", "--stop-timeout", "30",
+        "--out", str(tmp_path / "run"), "--only-summary",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = orjson.loads((tmp_path / "run" / SUMMARY).read_bytes())
+    cells = summary["cells"]
+    assert [c["params"]["concurrency"] for c in cells] == [2, 4]
+    completed = [c["metrics"]["completed"] for c in cells]
+    # back-to-back streams of ~0.36 s: about 3 s / 0.36 s per user in each step
+    assert 2 * 5 <= completed[0] < 2 * 10
+    assert 4 * 5 <= completed[1] < 4 * 10
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    # chat prompts hit 64 tokens exactly once calibrated against the server's template
+    assert {r.prompt_tokens for r in records} == {64}
+    # two calibration probes, then every measured request
+    assert sim_requests(base_url) == len(records) + 2
+
+
+def test_failures_are_reported_in_loadgen_classes(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
+    scenario = write_scenario(tmp_path / "s.yaml", target={"timeouts": {"first_token_s": 0.02}})
+    prefix = tmp_path / "stats"
+    run = locust(
+        "--scenario", str(scenario), "--host", base_url, "--headless", "-u", "4", "-r", "4", "-t", "3s",
+        "--stop-timeout", "10", "--csv", str(prefix), "--out", str(tmp_path / "run"), "--only-summary",
+    )
+    # Locust exits 1 when requests failed
+    assert run.returncode == 1, run.stderr[-3000:]
+    rows = stats_rows(prefix)
+    assert set(rows) == {"E2E"}
+    failed = int(rows["E2E"]["Failure Count"])
+    assert failed == int(rows["E2E"]["Request Count"]) > 0
+    with Path(f"{prefix}_failures.csv").open() as f:
+        failures = list(csv.DictReader(f))
+    assert [(r["Name"], r["Error"], int(r["Occurrences"])) for r in failures] == [
+        ("E2E", "LLMRequestFailed('timeout: first token')", failed)
+    ]
+    # each timed out at the 20 ms first-token deadline (never earlier), before the 50 ms first token
+    assert float(rows["E2E"]["Min Response Time"]) >= 20
+    assert 20 <= float(rows["E2E"]["Median Response Time"]) <= 25
+    summary = orjson.loads((tmp_path / "run" / SUMMARY).read_bytes())
+    assert summary["cells"][0]["metrics"]["failures_by_class"] == {"timeout": failed}
+
+
+def test_unreachable_server_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path / "s.yaml")
+    url = f"http://127.0.0.1:{free_port('127.0.0.1')}/v1"
+    run = locust("--scenario", str(scenario), "--host", url, "--headless", "-u", "2", "-t", "20s", timeout=60)
+    assert run.returncode == 2
+    assert f"error: {url}/models: cannot reach the server" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("workload: {input_tokens: [64, 128]}\n", "workload.input_tokens -> Locust runs one input"),
+    ("load: {concurency: 4}\n", "load.concurency"),
+])
+def test_bad_scenario_is_one_line_and_exit_2(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    run = locust("--scenario", str(path), "--host", "http://127.0.0.1:9/v1", "--headless", timeout=60)
+    assert run.returncode == 2
+    assert message in run.stderr
+    assert str(path) in run.stderr
+    assert "Traceback" not in run.stderr

@@ -1,0 +1,201 @@
+"""The pure parts of the Locust integration: plan checks, clock rebasing, steps, live stats,
+and the locust command line ``loadgen locust`` builds."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadgen.errors import ScenarioError, UsageError
+from loadgen.locustcli import LOCUSTFILE, SHAPEFILE, locust_command
+from loadgen.locustcore import LiveStats, StepClock, locust_scenario, plan_for, rebase, rows_csv
+from loadgen.matrix import expand_cells
+from loadgen.records import RequestRecord
+from loadgen.scenario import parse_scenario
+from loadgen.stream import StreamState
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def record(
+    rid: int, sent: float, offsets: tuple[float, ...], tokens: tuple[int, ...], *,
+    worker: int = 0, error: str | None = None, prompt: int = 10,
+) -> RequestRecord:
+    return RequestRecord(
+        request_id=rid, cell=0, warmup=False, scheduled_at=sent, sent_at=sent,
+        first_token_at=sent + offsets[0] if offsets else None,
+        last_token_at=sent + offsets[-1] if offsets else None,
+        done_at=sent + (offsets[-1] if offsets else 0.5) + 0.001,
+        input_tokens=prompt, max_tokens=sum(tokens), prompt_tokens=prompt, output_tokens=sum(tokens),
+        token_count_source="usage", chunk_tokens_total=sum(tokens), chunk_offsets_s=offsets,
+        chunk_tokens=tokens, status=200, error=error, error_detail=None if error is None else "x",  # type: ignore[arg-type]
+        worker=worker,
+    )
+
+
+def test_plan_of_the_chat_scenario() -> None:
+    plan = plan_for(parse_scenario({
+        "workload": {"input_tokens": 256, "output_tokens": 128},
+        "load": {"concurrency": [1, 8, 32], "duration_s": 60},
+    }), "chat.yaml")
+    assert (plan.input_tokens, plan.output_tokens, plan.steps, plan.step_s) == (256, 128, (1, 8, 32), 60.0)
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"workload": {"input_tokens": [128, 256]}}, "workload.input_tokens"),
+    ({"load": {"rate": 4}}, "load.rate"),
+    ({"load": {"concurrency": "unlimited"}}, "load.concurrency"),
+    ({"serve": {"backend": "sim"}, "matrix": {"serve.sim.ttft_ms": [10, 20]}}, "matrix"),
+])
+def test_plan_refuses_load_locust_cannot_apply(data: dict[str, object], field: str) -> None:
+    with pytest.raises(ScenarioError) as exc:
+        plan_for(parse_scenario(data), "x.yaml")
+    assert str(exc.value).startswith(f"x.yaml: {field} -> ")
+
+
+def test_run_directory_scenario_holds_the_users_it_ran_with() -> None:
+    plan = plan_for(parse_scenario({"load": {"concurrency": [1, 8], "warmup_requests": 3}}), "x.yaml")
+    cells = expand_cells(locust_scenario(plan, (1, 8)))
+    assert [c.concurrency for c in cells] == [1, 8]
+    one = locust_scenario(plan, (20,))
+    assert one.load.concurrency == (20,)
+    assert one.load.warmup_requests == 0  # Locust sends no warmup
+
+
+def test_rebase_moves_times_and_keeps_offsets() -> None:
+    r = record(7, 1.0, (0.05, 0.06), (1, 1))
+    moved = rebase(r.to_json(), 2.5, 42, 3)
+    assert moved.request_id == 42
+    assert moved.worker == 3
+    assert moved.sent_at == pytest.approx(3.5)
+    assert moved.scheduled_at == pytest.approx(3.5)
+    assert moved.first_token_at == pytest.approx(3.55)
+    assert moved.last_token_at == pytest.approx(3.56)
+    assert moved.done_at == pytest.approx(3.561)
+    assert moved.chunk_offsets_s == (0.05, 0.06)
+    assert moved.chunk_tokens == (1, 1)
+
+
+def test_step_clock_assigns_requests_to_the_step_they_were_sent_in() -> None:
+    clock = StepClock()
+    assert clock.cell_of(5.0) == 0
+    for start in (1.0, 11.0, 21.0):
+        clock.step_started(start)
+    assert [clock.cell_of(t) for t in (0.5, 1.0, 10.99, 11.0, 20.0, 21.0, 99.0)] == [0, 0, 0, 1, 1, 2, 2]
+    assert clock.cell_of(None) == 0
+
+
+def test_live_stats_by_hand() -> None:
+    live = LiveStats(window_s=2)
+    # worker 1: 3 tokens at 10.2, 10.3, 11.4 (sent 10.0); worker 2: 2 tokens (one chunk of 2) at 11.5
+    live.add(record(0, 10.0, (0.2, 0.3, 1.4), (1, 1, 1), worker=1))
+    live.add(record(1, 11.0, (0.5,), (2,), worker=2))
+    live.add(record(2, 11.0, (), (), worker=2, error="http_status"))
+    live.add(record(3, 11.0, (0.1,), (1,), worker=2, error="cancelled"))
+    rows = live.rows(now_s=12.0, users=4)
+    assert [r["name"] for r in rows] == ["worker 1", "worker 2", "Total"]
+    w1, w2, total = rows
+    # worker 1: 3 tokens over sent 10.0 .. done 11.401
+    assert w1["output_tok_s"] == round(3 / 1.401, 1)
+    # decode speed: (3 - 1) tokens over 1.4 - 0.2 s
+    assert w1["stream_tok_s"] == round(2 / 1.2, 1)
+    assert (w2["requests"], w2["failures"], w2["failure_classes"]) == (2, 1, "http_status 1")
+    assert w2["stream_tok_s"] is None  # one chunk: no decode interval
+    assert (total["requests"], total["failures"], total["output_tokens"], total["prompt_tokens"]) == (3, 1, 5, 20)
+    # whole seconds 10 and 11 hold 2 and 3 tokens: 5 over a 2 s window
+    assert total["recent_tok_s"] == 2.5
+    assert total["tok_s_per_user"] == round(2.5 / 4, 1)
+    # with the master's report lag the window is seconds 9 and 10: 2 tokens
+    assert live.recent_rate(12.0, lag_s=1.0) == 1.0
+    assert rows_csv(rows).splitlines()[3].startswith('"Total",3,1,"http_status 1",5,20,')
+    live.reset()
+    assert live.rows(12.0, 0)[0]["requests"] == 0
+
+
+def test_one_process_shows_only_the_total() -> None:
+    live = LiveStats()
+    live.add(record(0, 1.0, (0.1,), (1,)))
+    assert [r["name"] for r in live.rows(2.0, 1)] == ["Total"]
+
+
+def splits(body: bytes) -> list[list[bytes]]:
+    """Every two-way split, and byte by byte."""
+    return [[body[:i], body[i:]] for i in range(len(body) + 1)] + [[body[i:i + 1] for i in range(len(body))]]
+
+
+def test_stream_state_across_any_split() -> None:
+    body = (
+        b'data: {"choices":[{"text":"a","finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n'
+        b'data: {"choices":[{"text":"bc","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":3}}\n\n'
+        b'data: [DONE]\n\n'
+    )
+    for parts in splits(body):
+        st = StreamState()
+        decided = False
+        for t, part in enumerate(parts):
+            decided = st.feed(part, 1000 + t) or decided
+        assert decided
+        assert st.end(9999) == (None, None)
+        assert st.chunk_tokens == [1, 2]
+        assert st.prompt_tokens == 5
+
+
+@pytest.mark.parametrize(("body", "outcome"), [
+    (b'data: {"choices":[{"text":"a","finish_reason":"stop"}]}\n\n', (None, None)),  # no [DONE], but finished
+    (b'data: {"choices":[{"text":"a","finish_reason":null}]}\n\n', ("stream_cut", "stream ended before finish_reason or [DONE]")),
+    (b'{"choices":[{"text":"a"}]}\n\n', ("malformed", "1 lines without an SSE field")),
+])
+def test_stream_state_outcomes_at_end_of_body(body: bytes, outcome: tuple[str | None, str | None]) -> None:
+    st = StreamState()
+    st.feed(body, 1)
+    assert st.end(2) == outcome
+
+
+def test_stream_state_stops_at_a_broken_chunk() -> None:
+    st = StreamState()
+    assert st.feed(b'data: {"choices":[{"text":"a"}]}\n\ndata: {oops\n\n', 1)
+    assert st.outcome is not None
+    assert st.outcome[0] == "malformed"
+    assert st.chunk_tokens == [1]  # the token before the break is kept
+
+
+def test_locust_command_defaults(tmp_path: Path) -> None:
+    sc = str(SCENARIOS / "chat.yaml")
+    cmd, plan = locust_command(["--scenario", sc, "--host", "http://h:1/v1", "-u", "5"])
+    assert cmd[:3] == [sys.executable, "-m", "locust"]
+    assert cmd[3:] == ["--scenario", sc, "--host", "http://h:1/v1", "-u", "5",
+                       "-f", str(LOCUSTFILE), "--web-host", "127.0.0.1"]
+    assert plan.steps == (1, 8, 32)
+    cmd, _ = locust_command(["--scenario", sc, "--host", "x", "--web-host", "0.0.0.0"], shape=True, out=tmp_path)
+    assert cmd[-4:] == ["-f", str(SHAPEFILE), "--loadgen-out", str(tmp_path)]
+    assert "127.0.0.1" not in cmd
+    # a worker gets host and scenario from the master and has no web UI
+    cmd, _ = locust_command(["--scenario", sc, "--worker", "--master-host", "10.0.0.5"])
+    assert cmd[3:] == ["--scenario", sc, "--worker", "--master-host", "10.0.0.5", "-f", str(LOCUSTFILE)]
+
+
+def test_locust_command_takes_the_host_from_the_scenario(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("target: {base_url: 'http://127.0.0.1:9/v1'}\n")
+    cmd, _ = locust_command(["--scenario", str(path), "--set", "workload.output_tokens=7"])
+    assert cmd[cmd.index("--host") + 1] == "http://127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "--scenario: give a loadgen scenario file"),
+    (["--scenario", "{sc}"], "--host: give the server's base URL"),
+    (["--scenario", "{sc}", "--host", "x", "--set", "load.rate=2"], "load.rate -> Locust users are closed-loop"),
+    (["--scenario", "{sc}", "--host", "x", "-f", "mine.py"], "--shape uses loadgen's shape locustfile"),
+])
+def test_locust_command_errors(args: list[str], message: str) -> None:
+    sc = str(SCENARIOS / "chat.yaml")
+    with pytest.raises((UsageError, ScenarioError)) as exc:
+        locust_command([a.replace("{sc}", sc) for a in args], shape="-f" in args)
+    assert message in str(exc.value)
+
+
+def test_rows_csv_quotes_names_and_leaves_missing_figures_empty() -> None:
+    rows = [{"name": "Total", "requests": 1, "recent_tok_s": None}]
+    assert rows_csv(rows).splitlines()[1] == '"Total",1,,,,,,,,'
