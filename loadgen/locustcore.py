@@ -170,9 +170,17 @@ class LiveStats:
         self._buckets.clear()
 
     def recent_rate(self, now_s: float, lag_s: float = 0.0) -> float:
-        """Tokens/s streamed in the ``window_s`` whole seconds before ``now_s - lag_s``."""
+        """Tokens/s streamed in the ``window_s`` whole seconds before ``now_s - lag_s`` (fewer
+        when the run is younger than that)."""
         end = int(now_s - lag_s)
-        return sum(self._buckets.get(s, 0) for s in range(end - int(self.window_s), end)) / self.window_s
+        first = self._total.first_sent
+        if first is None:
+            return 0.0
+        # early in a run the window holds only the seconds since the first request
+        start = max(end - int(self.window_s), int(first))
+        if end <= start:
+            return 0.0
+        return sum(self._buckets.get(s, 0) for s in range(start, end)) / (end - start)
 
     def rows(self, now_s: float, users: int, lag_s: float = 0.0) -> list[dict[str, Any]]:
         """One row per worker (distributed runs) and a ``Total`` row."""

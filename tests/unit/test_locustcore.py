@@ -107,8 +107,10 @@ def test_live_stats_by_hand() -> None:
     # whole seconds 10 and 11 hold 2 and 3 tokens: 5 over a 2 s window
     assert total["recent_tok_s"] == 2.5
     assert total["tok_s_per_user"] == round(2.5 / 4, 1)
-    # with the master's report lag the window is seconds 9 and 10: 2 tokens
-    assert live.recent_rate(12.0, lag_s=1.0) == 1.0
+    # with the master's report lag only second 10 has passed since the first request: 2 tokens
+    assert live.recent_rate(12.0, lag_s=1.0) == 2.0
+    # later, the window is the last 2 whole seconds: 12 and 13 hold nothing
+    assert live.recent_rate(14.0) == 0.0
     assert rows_csv(rows).splitlines()[3].startswith('"Total",3,1,"http_status 1",5,20,')
     live.reset()
     assert live.rows(12.0, 0)[0]["requests"] == 0
