@@ -432,20 +432,13 @@ def locust(
 
     loadgen locust --scenario scenarios/chat.yaml --host http://127.0.0.1:8000/v1
     """
-    import subprocess
-
-    from loadgen.locustcli import locust_command, locustfile
+    from loadgen.locustcli import locust_command, locustfile, run_child
 
     if print_locustfile:
         out().print(str(locustfile(shape)), highlight=False, soft_wrap=True)
         return
     cmd, _ = locust_command(list(ctx.args), shape=shape, out=out_dir)
-    proc = subprocess.Popen(cmd)
-    try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        code = proc.wait()  # Locust got the same Ctrl-C: let it write its stats and stop
-    raise typer.Exit(code)
+    raise typer.Exit(run_child(cmd))
 
 
 def _version(value: bool) -> None:

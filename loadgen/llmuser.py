@@ -156,6 +156,8 @@ class _State:
         self.count(replace(record, cell=self.steps.cell_of(record.sent_at)))
 
     def count(self, record: RequestRecord) -> None:
+        if self.closed:
+            return  # after the run directory was written (nothing is sent by then)
         self.live.add(record)
         if self.sink is not None:
             self.sink.add(record)
@@ -484,9 +486,12 @@ def _reset_stats(**_: Any) -> None:
     STATE.live.reset()
 
 
-@events.quitting.add_listener
-def _quitting(environment: Environment, **_: Any) -> None:
-    if isinstance(environment.runner, WorkerRunner) or STATE.closed:
+@events.quit.add_listener
+def _quit(**_: Any) -> None:
+    """The very end (users stopped, in-flight requests recorded as cancelled, workers' last
+    reports in): LLM totals to the log, final CSVs, and the run directory's summary."""
+    environment = STATE.env
+    if environment is None or isinstance(environment.runner, WorkerRunner) or STATE.closed:
         return
     STATE.closed = True
     rows = STATE.rows()

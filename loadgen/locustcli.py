@@ -10,8 +10,11 @@ standard library with gevent at import, which loadgen's asyncio side must never 
 from __future__ import annotations
 
 import argparse
+import signal
+import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
 
 from loadgen.errors import UsageError
 from loadgen.locustcore import LocustPlan, plan_for
@@ -67,3 +70,27 @@ def locust_command(args: list[str], *, shape: bool = False, out: Path | None = N
             raise UsageError("--out: a worker sends its records to the master; give --out to the master")
         extra += ["--loadgen-out", str(out)]
     return [sys.executable, "-m", "locust", *args, *extra], plan
+
+
+def run_child(cmd: list[str]) -> int:
+    """Run Locust and wait for it; SIGTERM / SIGHUP sent to loadgen are passed on, so Locust
+    stops (writing its stats and loadgen's run directory) and never outlives loadgen.
+    Ctrl-C reaches both already (one process group)."""
+    proc = subprocess.Popen(cmd)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                continue  # Locust got the same Ctrl-C: let it write its stats and stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

