@@ -172,10 +172,12 @@ class _State:
             record = rebase(line, shift, next(self.request_ids), worker)
             self.count(replace(record, cell=self.steps.cell_of(record.sent_at)))
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self, users: int | None = None) -> list[dict[str, Any]]:
+        """The LLM table now; ``users`` defaults to the users running now."""
         runner = self.env.runner if self.env is not None else None
         lag = REPORT_LAG_S if isinstance(runner, MasterRunner) else 0.0
-        users = runner.user_count if runner is not None else 0
+        if users is None:
+            users = runner.user_count if runner is not None else 0
         return self.live.rows(now_s(), users, lag)
 
 
@@ -494,7 +496,7 @@ def _quit(**_: Any) -> None:
     if environment is None or isinstance(environment.runner, WorkerRunner) or STATE.closed:
         return
     STATE.closed = True
-    rows = STATE.rows()
+    rows = STATE.rows(users=STATE.peak_users)  # the users are stopped by now: per user of the peak
     for row in rows:
         log.info(
             "loadgen LLM %-9s requests %d, failures %d (%s), output tokens %d, output tok/s %.1f, "
