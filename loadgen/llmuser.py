@@ -286,7 +286,7 @@ def _stream(
         error, detail = "timeout", "first token" if not st.chunk_ns else "total"
     except TimeoutError as exc:  # the socket's connect or read timeout
         error = "timeout"
-        detail = "connect" if st.status is None and resp is None else f"between tokens ({exc})"
+        detail = "connect or response headers" if resp is None else f"between tokens ({exc})"
     except (HTTPConnectionClosed, HTTPParseError, ConnectionResetError, BrokenPipeError) as exc:
         error = "reset" if st.status is None else "stream_cut"
         detail = str(exc) or type(exc).__name__
