@@ -343,7 +343,12 @@ def serve(
     host: Annotated[str, typer.Option(help="address the engine binds")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port the engine listens on")] = 8000,
     force: Annotated[bool, typer.Option("--force", help="launch on GPUs that already hold memory")] = False,
-    container: Annotated[bool, typer.Option("--container", help="TGI: print the equivalent docker run")] = False,
+    container: Annotated[
+        str | None, typer.Option("--container", help="docker | podman: run the engine's official image instead")
+    ] = None,
+    print_argv: Annotated[
+        bool, typer.Option("--print-argv", help="with --container: print the engine's argv inside the image (JSON)")
+    ] = False,
     log: Annotated[Path | None, typer.Option(help="engine log file (default runs/serve-MODEL-TIME.log)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the command and env; start nothing")] = False,
 ) -> None:
@@ -351,13 +356,15 @@ def serve(
 
     Extra engine arguments go after `--`.
     """
+    import json
     import shlex
     import signal
     import threading
     from datetime import datetime
 
-    from loadgen.backends import build_spec, launch_spec, shell_line, tgi_container_command
-    from loadgen.engines import engine_info, prepare
+    from loadgen.backends import build_spec, launch_spec, shell_line
+    from loadgen.containers import container_argv, container_launch
+    from loadgen.engines import engine_info, prepare, prepare_container
     from loadgen.errors import UsageError
     from loadgen.launcher import LaunchedServer, tail
 
@@ -366,16 +373,24 @@ def serve(
         port=port, kv_cache_dtype=kv_cache_dtype, load_format=load_format, attn=attn, slots=slots,
         extra_args=tuple(ctx.args),
     )
-    launch = launch_spec(spec)
-    if container:
-        if backend != "tgi":
-            raise UsageError("--container: only the TGI backend has a container command here")
-        out().print(shlex.join(tgi_container_command(spec)), markup=False, highlight=False, soft_wrap=True)
+    if print_argv:
+        if container is None:
+            raise UsageError("--print-argv: prints the engine's command inside its image; add --container docker")
+        if spec.model.entry is not None and spec.model.entry.generated:
+            from loadgen.tiny import ensure_tiny
+
+            ensure_tiny()  # the container mounts it (compose: the shared cache volume)
+        out().print(json.dumps(container_argv(spec)), markup=False, highlight=False, soft_wrap=True)
         return
+    launch = container_launch(spec, container) if container is not None else launch_spec(spec)
     if dry_run:
-        out().print(shell_line(launch), markup=False, highlight=False, soft_wrap=True)
+        line = shlex.join(launch.argv) if container is not None else shell_line(launch)
+        out().print(line, markup=False, highlight=False, soft_wrap=True)
         return
-    prepare(spec, launch, force=force)
+    if container is not None:
+        prepare_container(spec, launch, container, force=force)
+    else:
+        prepare(spec, launch, force=force)
     log_path = log or Path("runs") / f"serve-{spec.served_name.replace('/', '_')}-{datetime.now():%Y%m%d-%H%M%S}.log"
     err().print(f"starting: {shell_line(launch)}\nlog: {log_path}", markup=False, highlight=False, soft_wrap=True)
     server = LaunchedServer(launch, log_path)

@@ -50,7 +50,7 @@ def _missing(launch: LaunchSpec, spec: EngineSpec) -> str | None:
     if shutil.which(exe) is None and not Path(exe).is_file():
         hints = {
             "vllm": "pip install vllm",
-            "tgi": "install text-generation-inference, or run its container (`--container` prints the command)",
+            "tgi": "install text-generation-inference, or run its official image with --container docker",
             "llamacpp": "build llama.cpp (cmake) and put llama-server on PATH, or set LOADGEN_LLAMA_SERVER",
         }
         return f"{exe!r} is not on PATH: {hints.get(spec.backend, 'install it')}"
@@ -83,6 +83,22 @@ def prepare(spec: EngineSpec, launch: LaunchSpec, *, force: bool = False) -> dic
 
         info["gpus"] = [g.as_dict() for g in check_gpus(spec.gpus, force=force)]
     return info
+
+
+def prepare_container(spec: EngineSpec, launch: LaunchSpec, runtime: str, *, force: bool = False) -> None:
+    """Before ``docker run`` / ``podman run``: the runtime is there, the port is free, the tiny
+    model exists (it is mounted), the GPUs are free."""
+    if shutil.which(runtime) is None:
+        raise LaunchError(f"--container {runtime}: {runtime!r} is not on PATH; install it, or drop --container")
+    check_port(launch)
+    if spec.model.entry is not None and spec.model.entry.generated:
+        from loadgen.tiny import ensure_tiny
+
+        ensure_tiny()
+    if spec.device == "cuda":
+        from loadgen.gpus import check_gpus
+
+        check_gpus(spec.gpus, force=force)
 
 
 def engine_info(base_url: str) -> dict[str, Any]:
