@@ -80,7 +80,7 @@ def test_engine_files_are_health_gated_and_local(name: str) -> None:
     for svc in services.values():
         assert _named_volumes(svc) <= set(project["volumes"])
         for v in svc.get("volumes", []):
-            if v.startswith("."):
+            if v.startswith(".") and v.endswith(":ro"):  # inputs; Docker creates a missing results dir
                 assert (DOCKER / v.split(":")[0]).is_dir(), v
     build = services["engine-args"]["build"]
     assert (DOCKER / build["context"] / build["dockerfile"]).is_file()
