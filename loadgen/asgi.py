@@ -39,10 +39,13 @@ async def end_stream(send: Any) -> None:
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
 
-async def respond(send: Any, status: int, body: bytes, ctype: bytes = b"application/json") -> None:
+async def respond(
+    send: Any, status: int, body: bytes, ctype: bytes = b"application/json",
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     await send({
         "type": "http.response.start", "status": status,
-        "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())],
+        "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()), *(extra_headers or [])],
     })
     await send({"type": "http.response.body", "body": body})
 

@@ -287,16 +287,42 @@ def sim(
     tokens_per_chunk: Annotated[int, typer.Option(help="tokens per streamed chunk")] = 1,
     model: Annotated[str, typer.Option(help="model id served")] = "loadgen-sim",
     max_model_len: Annotated[int, typer.Option(help="context length: longer requests get 400")] = 1_000_000,
+    fault: Annotated[
+        list[str] | None,
+        typer.Option("--fault", help="inject KIND=RATE (repeatable): http_429 http_500 http_503 reset stream_cut "
+                     "stall malformed_json missing_prefix no_done usage_mismatch slow_ttft"),
+    ] = None,
+    fault_seed: Annotated[int, typer.Option(help="seed of the per-request fault draw")] = 0,
+    retry_after_s: Annotated[int, typer.Option(help="Retry-After of injected 429 / 503")] = 1,
+    stall_s: Annotated[float, typer.Option(help="length of an injected stall, s")] = 2.0,
+    slow_ttft_ms: Annotated[float, typer.Option(help="extra first-token delay of slow_ttft, ms")] = 500.0,
+    crash_after: Annotated[
+        int | None, typer.Option(help="exit abruptly when this many requests have arrived")
+    ] = None,
 ) -> None:
     """Run the calibrated simulator: token i leaves at arrival + ttft + i * itl."""
     from loadgen.errors import UsageError
-    from loadgen.sim import SimConfig, serve_sim
+    from loadgen.sim import SimConfig, SimFaults, serve_sim
 
     if ttft_ms < 0 or itl_ms < 0 or tokens_per_chunk < 1:
         raise UsageError("--ttft-ms and --itl-ms must be >= 0 and --tokens-per-chunk >= 1")
+    rates: list[tuple[str, float]] = []
+    for text in fault or []:
+        kind, sep, rate = text.partition("=")
+        try:
+            rates.append((kind, float(rate) if sep else 1.0))
+        except ValueError:
+            raise UsageError(f"--fault {text!r}: expected KIND=RATE, e.g. --fault http_503=0.1") from None
+    try:
+        faults = SimFaults(
+            tuple(rates), seed=fault_seed, retry_after_s=retry_after_s, stall_s=stall_s,
+            slow_ttft_s=slow_ttft_ms / 1e3, crash_after=crash_after,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--fault: {exc}") from None
     config = SimConfig(
         ttft_s=ttft_ms / 1e3, itl_s=itl_ms / 1e3, tokens_per_chunk=tokens_per_chunk,
-        model=model, max_model_len=max_model_len,
+        model=model, max_model_len=max_model_len, faults=faults,
     )
     err().print(f"loadgen sim on http://{host}:{port}/v1 (ttft {ttft_ms:g} ms, itl {itl_ms:g} ms)")
     serve_sim(config, host, port)

@@ -160,10 +160,43 @@ class Slo(_Model):
     e2e_ms: float | None = Field(None, gt=0)
 
 
+# what `loadgen sim` can inject, by kind
+FAULTS: dict[str, str] = {
+    "http_429": "429 Too Many Requests with Retry-After, before any token",
+    "http_500": "500 Internal Server Error, before any token",
+    "http_503": "503 Service Unavailable with Retry-After, before any token",
+    "reset": "the connection reset (RST) before the response headers",
+    "stream_cut": "the connection reset halfway through the tokens (no end of body)",
+    "stall": "no chunk for stall_s seconds halfway through, then the rest",
+    "malformed_json": "a chunk of broken JSON halfway through",
+    "missing_prefix": "every token chunk sent without its 'data:' prefix, then [DONE]",
+    "no_done": "a complete stream (finish_reason set) that ends without [DONE]",
+    "usage_mismatch": "a final usage chunk claiming one token more than the chunks carried",
+    "slow_ttft": "the first token slow_ttft_s seconds later than configured",
+}
+
+
 class SimOptions(_Model):
     ttft_ms: float = Field(50.0, ge=0)
     itl_ms: float = Field(10.0, ge=0)
     tokens_per_chunk: int = Field(1, ge=1)
+    # injected faults by kind -> rate (see `loadgen sim --help`), and their parameters
+    faults: dict[str, float] = Field(default_factory=dict)
+    fault_seed: int = 0
+    stall_s: float = Field(2.0, gt=0)
+    slow_ttft_ms: float = Field(500.0, ge=0)
+    crash_after: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_faults(self) -> SimOptions:
+        for kind, rate in self.faults.items():
+            if kind not in FAULTS:
+                raise ValueError(f"unknown fault {kind!r}; choose from {', '.join(FAULTS)}")
+            if not 0 <= rate <= 1:
+                raise ValueError(f"fault {kind}: rate {rate} is not between 0 and 1")
+        if sum(self.faults.values()) > 1:
+            raise ValueError("fault rates add up to more than 1")
+        return self
 
 
 ENGINES = ("vllm", "sglang", "tgi", "transformers", "llamacpp")

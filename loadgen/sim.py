@@ -8,14 +8,23 @@ chunk actually left is exported on ``/metrics`` (``loadgen_sim_chunk_lateness_se
 honoured exactly. Prompt length: a token-id prompt counts its ids; text counts whitespace
 separated words; chat adds a ChatML-like template of ``5 per message + 3`` tokens.
 
+Faults (``SimFaults``, ``loadgen sim --fault KIND=RATE``): each request draws at most one fault
+from a seeded generator, in arrival order; how many of each were injected is on ``/metrics``
+(``loadgen_sim_faults_total{kind=...}``), the truth a client's failure counts are checked
+against. ``crash_after`` ends the process abruptly once that many requests have arrived.
+
 It is a plain ASGI application served by uvicorn (httptools parser, uvloop when present).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import random
+import socket
+import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -33,6 +42,7 @@ from loadgen.asgi import (
     start_stream,
     usage,
 )
+from loadgen.scenario import FAULTS
 from loadgen.workload import WORDS
 
 CHAT_TOKENS_PER_MESSAGE = 5
@@ -42,6 +52,29 @@ SPIN_BELOW_RUNNING = 2
 SPIN_S = 0.0015
 
 
+
+
+@dataclass(frozen=True, slots=True)
+class SimFaults:
+    """Fault rates by kind (their sum at most 1) and their parameters."""
+
+    rates: tuple[tuple[str, float], ...] = ()
+    seed: int = 0
+    retry_after_s: int = 1
+    stall_s: float = 2.0
+    slow_ttft_s: float = 0.5
+    crash_after: int | None = None  # the process exits abruptly when this many requests have arrived
+
+    def __post_init__(self) -> None:
+        for kind, rate in self.rates:
+            if kind not in FAULTS:
+                raise ValueError(f"fault {kind!r}: choose one of {', '.join(FAULTS)}")
+            if not 0 <= rate <= 1:
+                raise ValueError(f"fault {kind}={rate}: a rate is between 0 and 1")
+        if sum(r for _, r in self.rates) > 1 + 1e-9:
+            raise ValueError("fault rates add up to more than 1")
+
+
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     ttft_s: float = 0.050
@@ -49,6 +82,7 @@ class SimConfig:
     tokens_per_chunk: int = 1
     model: str = "loadgen-sim"
     max_model_len: int = 1_000_000
+    faults: SimFaults = field(default_factory=SimFaults)
 
 
 @dataclass(slots=True)
@@ -63,6 +97,7 @@ class SimStats:
     chunk_lateness_sum_s: float = 0.0
     chunk_lateness_max_s: float = 0.0
     chunk_lateness_min_s: float = 0.0
+    faults: dict[str, int] = field(default_factory=dict)
 
 
 def count_prompt_tokens(body: dict[str, Any], chat: bool) -> int:
@@ -94,6 +129,7 @@ class SimApp:
         self.stats = SimStats()
         self._created = int(time.time())
         self._lead_s = 0.0  # running estimate of how late a sleep wakes up
+        self._fault_rng = random.Random(config.faults.seed)
 
     async def _sleep_until(self, deadline: float) -> None:
         """Sleep until ``deadline`` (perf_counter seconds).
@@ -161,12 +197,39 @@ class SimApp:
             f"loadgen_sim_chunk_lateness_seconds_min {s.chunk_lateness_min_s:.9f}",
             "# TYPE loadgen_sim_wake_lead_seconds gauge",
             f"loadgen_sim_wake_lead_seconds {self._lead_s:.9f}",
+            "# TYPE loadgen_sim_faults_total counter",
+            *(f'loadgen_sim_faults_total{{kind="{k}"}} {s.faults.get(k, 0)}' for k, _ in self.config.faults.rates),
         ]
         return ("\n".join(lines) + "\n").encode()
+
+    def _draw_fault(self) -> str | None:
+        """At most one fault for this request, in arrival order from the seeded generator."""
+        rates = self.config.faults.rates
+        if not rates:
+            return None
+        u = self._fault_rng.random()
+        for kind, rate in rates:
+            if u < rate:
+                self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
+                return kind
+            u -= rate
+        return None
 
     async def _generate(self, receive: Any, send: Any, arrival: float, chat: bool) -> None:
         raw = await read_body(receive)
         self.stats.requests_total += 1
+        faults = self.config.faults
+        if faults.crash_after is not None and self.stats.requests_total >= faults.crash_after:
+            os._exit(3)  # the crash: no response, no cleanup; open connections are closed by the kernel
+        fault = self._draw_fault()
+        if fault in ("http_429", "http_500", "http_503"):
+            status = int(fault[5:])
+            headers = [(b"retry-after", str(faults.retry_after_s).encode())] if status != 500 else []
+            await respond(send, status, error(f"injected fault {fault}", "ServerError"), extra_headers=headers)
+            return
+        if fault == "reset":
+            _reset(send)
+            return
         try:
             body = orjson.loads(raw)
             if not isinstance(body, dict):
@@ -184,11 +247,14 @@ class SimApp:
         self.stats.requests_running += 1
         self.stats.prompt_tokens_total += prompt_tokens
         try:
+            if fault == "slow_ttft":
+                arrival += faults.slow_ttft_s
             if body.get("stream"):
-                await self._stream(send, body, arrival, chat, prompt_tokens, max_tokens)
+                if await self._stream(send, body, arrival, chat, prompt_tokens, max_tokens, fault):
+                    self.stats.requests_completed += 1
             else:
                 await self._whole(send, arrival, chat, prompt_tokens, max_tokens)
-            self.stats.requests_completed += 1
+                self.stats.requests_completed += 1
         finally:
             self.stats.requests_running -= 1
 
@@ -218,8 +284,11 @@ class SimApp:
         chat: bool,
         prompt_tokens: int,
         max_tokens: int,
-    ) -> None:
+        fault: str | None = None,
+    ) -> bool:
+        """Stream the tokens; False when a fault cut the stream short."""
         cfg = self.config
+        half = max(1, max_tokens // 2)  # where mid-stream faults strike: after this many tokens
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage"))
         continuous = include_usage and bool(options.get("continuous_usage_stats"))
@@ -233,9 +302,19 @@ class SimApp:
             role = b'{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}'
             await send_event(send, head + role + b"]}")
         step = cfg.tokens_per_chunk
+        shift = 0.0
         for start in range(0, max_tokens, step):
             end = min(start + step, max_tokens)
-            deadline = arrival + cfg.ttft_s + (end - 1) * cfg.itl_s
+            if start >= half and fault in ("stream_cut", "malformed_json", "stall"):
+                if fault == "stream_cut":
+                    _reset(send)
+                    return False
+                if fault == "malformed_json":
+                    await send_event(send, head + b'{"index":0,"text":"' + b"oops")
+                    fault = None  # the client is expected to give up here; the rest goes unread
+                if fault == "stall":
+                    shift, fault = cfg.faults.stall_s, None
+            deadline = arrival + cfg.ttft_s + (end - 1) * cfg.itl_s + shift
             await self._sleep_until(deadline)
             text = "".join(" " + WORDS[i % len(WORDS)] for i in range(start, end))
             finish = b'"length"' if end == max_tokens else b"null"
@@ -247,7 +326,11 @@ class SimApp:
             if continuous:
                 tail = b'],"usage":' + orjson.dumps(usage(prompt_tokens, end)) + b"}"
             late = time.perf_counter() - deadline
-            await send_event(send, head + choice + finish + b"}" + tail)
+            if fault == "missing_prefix":
+                await send({"type": "http.response.body", "body": head + choice + finish + b"}" + tail + b"\n\n",
+                            "more_body": True})
+            else:
+                await send_event(send, head + choice + finish + b"}" + tail)
             st = self.stats
             st.generation_tokens_total += end - start
             st.chunks_timed += 1
@@ -255,9 +338,27 @@ class SimApp:
             st.chunk_lateness_max_s = max(st.chunk_lateness_max_s, late)
             st.chunk_lateness_min_s = late if st.chunks_timed == 1 else min(st.chunk_lateness_min_s, late)
         if include_usage:
-            totals = orjson.dumps(usage(prompt_tokens, max_tokens))
+            claimed = max_tokens + 1 if fault == "usage_mismatch" else max_tokens
+            totals = orjson.dumps(usage(prompt_tokens, claimed))
             await send_event(send, head + b'],"usage":' + totals + b"}")
-        await end_stream(send)
+        if fault == "no_done":
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        else:
+            await end_stream(send)
+        return True
+
+
+def _reset(send: Any) -> None:
+    """Abort the connection with a TCP RST (SO_LINGER 0), as a crashing proxy or server does.
+
+    uvicorn's ``send`` is a bound method of the request cycle, which holds the transport."""
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is None:
+        raise RuntimeError("the ASGI server does not expose its transport; cannot inject a reset")
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
 
 
 def serve_sim(config: SimConfig, host: str = "127.0.0.1", port: int = 8100) -> None:

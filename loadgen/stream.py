@@ -64,7 +64,11 @@ class StreamState:
     def _event(self, data: bytes, t: int) -> bool:
         if data == DONE:
             self.done_ns = t
-            self.outcome = (None, None)
+            if not self.chunk_ns and self.parser.ignored_lines:
+                # [DONE] after lines that were not SSE fields (e.g. JSON without "data:")
+                self.outcome = ("malformed", f"{self.parser.ignored_lines} lines without an SSE field")
+            else:
+                self.outcome = (None, None)
             return True
         failure = self._on_chunk(data, t)
         if failure is not None:

@@ -16,8 +16,8 @@ def start_sim(tmp_path: Path) -> Iterator[StartSim]:
     """Start ``loadgen sim`` as a real process on 127.0.0.1; returns its base URL."""
     servers: list[LaunchedServer] = []
 
-    def start(ttft_ms: float = 50.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1) -> str:
-        serve = Serve(sim=SimOptions(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk))
+    def start(ttft_ms: float = 50.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1, **faults: object) -> str:
+        serve = Serve(sim=SimOptions(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk, **faults))
         server = LaunchedServer(sim_spec(serve), tmp_path / f"sim{len(servers)}.log")
         servers.append(server)
         return server.start()

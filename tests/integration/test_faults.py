@@ -1,0 +1,131 @@
+"""The fault matrix: each fault ``loadgen sim`` injects, against loadgen's client. Every request
+sent has its record, each failure is in its class and counted as the simulator counted the
+faults it injected, tokens received before a cut are kept, and the run completes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loadgen.records import read_records
+from loadgen.runner import execute
+from loadgen.scenario import parse_scenario
+from tests.conftest import StartSim
+
+PROMPTS, OUTPUT, HALF = 40, 16, 8
+RATE = 0.3
+
+
+def sim_counters(base_url: str) -> dict[str, float]:
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def run(base_url: str, tmp_path: Path, **target: Any) -> dict[str, Any]:
+    sc = parse_scenario({
+        "name": "faults",
+        "target": {"base_url": base_url, "timeouts": {"between_tokens_s": 0.5}, **target},
+        "workload": {"num_prompts": PROMPTS, "input_tokens": 32, "output_tokens": OUTPUT},
+        "load": {"concurrency": 4, "warmup_requests": 0},
+    })
+    result = execute(sc, tmp_path / "run")
+    assert not result.interrupted
+    return result.summary["cells"][0]["metrics"]  # type: ignore[no-any-return]
+
+
+# fault -> the class its requests must be recorded under (None: they succeed)
+MATRIX: dict[str, str | None] = {
+    "http_429": "http_status",
+    "http_500": "http_status",
+    "http_503": "http_status",
+    "reset": "reset",
+    "stream_cut": "stream_cut",
+    "stall": "timeout",
+    "malformed_json": "malformed",
+    "missing_prefix": "malformed",
+    "no_done": None,
+    "usage_mismatch": None,
+    "slow_ttft": None,
+}
+
+
+@pytest.mark.parametrize("fault", list(MATRIX))
+def test_fault_matrix(fault: str, start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=20, itl_ms=5, faults={fault: RATE}, fault_seed=7, slow_ttft_ms=300)
+    metrics = run(base_url, tmp_path)
+    sim = sim_counters(base_url)
+    injected = int(sim[f'loadgen_sim_faults_total{{kind="{fault}"}}'])
+    assert 0 < injected < PROMPTS  # the seeded draw hit some requests and spared others
+
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    # every request the server saw has its record, and nothing else was sent
+    assert len(records) == PROMPTS == int(sim["loadgen_sim_requests_total"])
+    assert metrics["requests"] == PROMPTS
+    expected = MATRIX[fault]
+    failed = [r for r in records if not r.ok]
+    if expected is None:
+        assert metrics["failed"] == 0
+        assert metrics["completed"] == PROMPTS
+    else:
+        assert metrics["failures_by_class"] == {expected: injected}
+        assert metrics["completed"] == PROMPTS - injected
+        assert {r.error for r in failed} == {expected}
+    # throughput and latency come from the successful requests alone
+    assert metrics["throughput_over"] == "successful requests"
+    # (the server's usage is the count: a usage chunk claiming one more adds one per request)
+    extra = injected if fault == "usage_mismatch" else 0
+    assert metrics["output_tokens_total"] == (PROMPTS - len(failed)) * OUTPUT + extra
+
+    if fault.startswith("http_"):
+        assert {r.status for r in failed} == {int(fault[5:])}
+        assert all("injected fault" in (r.error_detail or "") for r in failed)
+    if fault == "reset":
+        assert all(r.status is None and r.chunk_tokens_total == 0 for r in failed)
+    if fault in ("stall", "malformed_json"):
+        # the tokens that arrived before the fault are kept on the record
+        assert {r.chunk_tokens_total for r in failed} == {HALF}
+        assert all(r.first_token_at is not None for r in failed)
+    if fault == "stream_cut":
+        assert all(1 <= r.chunk_tokens_total <= HALF for r in failed)
+        assert sum(r.chunk_tokens_total == HALF for r in failed) >= len(failed) // 2
+    if fault == "usage_mismatch":
+        # the final usage claims one token more than the chunks carried: visible, per request
+        assert metrics["chunk_token_discrepancy"] == {"requests": injected, "tokens": injected}
+    if fault == "slow_ttft":
+        slow = [r for r in records if (r.first_token_at or 0) - (r.sent_at or 0) > 0.3]
+        assert len(slow) == injected
+
+
+def test_a_crashed_server_leaves_every_request_accounted_for(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=20, itl_ms=5, crash_after=10)
+    metrics = run(base_url, tmp_path)
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    assert len(records) == PROMPTS
+    classes = metrics["failures_by_class"]
+    # the in-flight streams broke, everything after found the port closed
+    assert set(classes) <= {"stream_cut", "reset", "connect"}
+    assert classes["connect"] >= PROMPTS - 10 - 4
+    assert metrics["completed"] + sum(classes.values()) == PROMPTS
+    assert all(r.error is not None for r in records if (r.sent_at or 0) > max(
+        (x.sent_at or 0) for x in records if x.ok) + 1)
+
+
+def test_a_scenario_can_ask_the_simulator_for_faults(tmp_path: Path) -> None:
+    sc = parse_scenario({
+        "name": "faults",
+        "serve": {"backend": "sim", "sim": {"ttft_ms": 10, "itl_ms": 2, "faults": {"http_503": 0.5}, "fault_seed": 1}},
+        "workload": {"num_prompts": 20, "input_tokens": 16, "output_tokens": 8},
+        "load": {"concurrency": 2, "warmup_requests": 0},
+    })
+    metrics = execute(sc, tmp_path / "run").summary["cells"][0]["metrics"]
+    assert metrics["requests"] == 20
+    assert set(metrics["failures_by_class"]) == {"http_status"}
+    assert 0 < metrics["failures_by_class"]["http_status"] < 20
