@@ -186,6 +186,10 @@ def run(
     for c in failed:
         err().print(f"cell {c['cell'] + 1} failed: {c['reason']}", highlight=False, soft_wrap=True)
     out().print(f"run directory: {result.run_dir}", highlight=False)
+    if result.aborted is not None:
+        from loadgen.errors import AbortedError
+
+        raise AbortedError(f"aborted: {result.aborted}; the run directory holds every request measured")
     if result.interrupted:
         err().print("interrupted: the run directory holds every request measured before the stop")
         raise typer.Exit(130)

@@ -89,13 +89,20 @@ class RecordWriter:
         self._file.flush()
         self.count += 1
 
+    @property
+    def position(self) -> int:
+        """The byte offset the next record starts at (where a cell's records begin)."""
+        return self._file.tell()
+
     def close(self) -> None:
         self._file.close()
 
 
-def read_records(path: Path) -> Iterator[RequestRecord]:
-    """Records from a ``records.jsonl``; a last line cut short by a crash is skipped."""
+def read_records(path: Path, offset: int = 0) -> Iterator[RequestRecord]:
+    """Records from a ``records.jsonl`` (from byte ``offset``); a last line cut short by a
+    crash is skipped."""
     with path.open("rb") as f:
+        f.seek(offset)
         for line in f:
             if not line.endswith(b"\n"):
                 break

@@ -180,10 +180,13 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> dict[str, Any]:
     stored: dict[str, Any] = {}
     if (run_dir / SUMMARY).is_file():
         stored = orjson.loads((run_dir / SUMMARY).read_bytes())
-    return assemble_summary(
+    summary = assemble_summary(
         scenario, entries, model=provenance.get("model", stored.get("model")),
         interrupted=bool(stored.get("interrupted", False)),
     )
+    if stored.get("aborted"):
+        summary["aborted"] = stored["aborted"]
+    return summary
 
 
 def load_scenario_of(run_dir: Path) -> Scenario:

@@ -30,7 +30,7 @@ from loadgen.launcher import LaunchedServer, free_port, sim_spec, tail
 from loadgen.matrix import Cell, expand_cells
 from loadgen.payload import PreparedRequest
 from loadgen.probes import PROBES, GpuSampler, MetricsScraper, ProbeLog
-from loadgen.records import RecordWriter, RequestRecord
+from loadgen.records import RecordWriter, RequestRecord, read_records
 from loadgen.rundir import (
     PROVENANCE,
     RECORDS,
@@ -86,6 +86,7 @@ class RunResult:
     run_dir: Path
     summary: dict[str, Any]
     interrupted: bool
+    aborted: str | None = None  # the abort rule that ended the run, in words
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -145,7 +146,36 @@ def execute(
         run.close()
         provenance["end_wall"] = datetime.now(UTC).isoformat()
         write_json(run_dir / PROVENANCE, provenance)
-    return RunResult(run_dir, run.summary(), run.stop_requested)
+    summary = run.summary()
+    if run.abort_reason is not None:
+        summary["aborted"] = run.abort_reason
+        write_json(run_dir / SUMMARY, summary)
+    return RunResult(run_dir, summary, run.stop_requested, run.abort_reason)
+
+
+class AbortRule:
+    """``load.abort_on_error_rate``: stops the run once that share of a cell's finished
+    measured requests failed (cancelled ones aside), counted from ``abort_min_requests`` on."""
+
+    def __init__(self, point: Scenario, stop: asyncio.Event) -> None:
+        self.rate = point.load.abort_on_error_rate
+        self.min = point.load.abort_min_requests
+        self.stop = stop
+        self.finished = 0
+        self.failed = 0
+        self.reason: str | None = None
+
+    def add(self, r: RequestRecord) -> None:
+        if self.rate is None or r.warmup or r.error == "cancelled" or self.reason is not None:
+            return
+        self.finished += 1
+        self.failed += not r.ok
+        if self.finished >= self.min and self.failed / self.finished >= self.rate:
+            self.reason = (
+                f"{self.failed} of {self.finished} requests failed ({self.failed / self.finished:.0%} >= "
+                f"load.abort_on_error_rate {self.rate:.0%})"
+            )
+            self.stop.set()
 
 
 def group_cells(cells: list[Cell], *, launched: bool) -> list[list[Cell]]:
@@ -194,6 +224,7 @@ class _Run:
         self.probes = ProbeLog(run_dir / PROBES)
         self.status = CellStatusLog(run_dir)
         self.stop_requested = False
+        self.abort_reason: str | None = None
 
     def summary(self) -> dict[str, Any]:
         cells = [self.entries[i] for i in sorted(self.entries)]
@@ -277,7 +308,7 @@ class _Run:
                 async with MetricsScraper(base_url) as scraper:
                     return await self._cells(client, scraper, todo, server, model, calibration, desc, stop)
         finally:
-            self.stop_requested = self.stop_requested or stop.is_set()
+            self.stop_requested = self.stop_requested or (stop.is_set() and self.abort_reason is None)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 
@@ -289,19 +320,26 @@ class _Run:
         for k, cell in enumerate(todo):
             if stop.is_set():
                 break
-            records: list[RequestRecord] = []
+            # the cell's records go to disk only (memory stays flat however long the cell);
+            # they are read back from where they start once it ends
+            start = self.writer.position
+            rule = AbortRule(cell.point or self.scenario, stop)
 
-            def emit(r: RequestRecord, records: list[RequestRecord] = records) -> None:
+            def emit(r: RequestRecord, rule: AbortRule = rule) -> None:
                 self.writer.write(r)
-                records.append(r)
                 self.obs.record(r)
+                rule.add(r)
 
             interrupted = False
             try:
                 await self._measure(client, scraper, server, cell, model, calibration, emit, stop)
             finally:
-                interrupted = stop.is_set()
-                if not interrupted:
+                records = list(read_records(self.run_dir / RECORDS, start))
+                interrupted = stop.is_set() and rule.reason is None
+                if rule.reason is not None:
+                    self.abort_reason = rule.reason
+                    self.finish_cell(cell, records, "failed", f"aborted: {rule.reason}", desc)
+                elif not interrupted:
                     status, reason = cell_outcome(records, server)
                     self.finish_cell(cell, records, status, reason, desc)
                 elif records:  # measured before the stop: summarised, not finished

@@ -143,6 +143,10 @@ class Load(_Model):
     burstiness: float = Field(1.0, gt=0)
     warmup_requests: int = Field(1, ge=0)
     duration_s: float | None = Field(None, gt=0)
+    # end the run early (exit 4) once this share of a cell's finished requests failed ...
+    abort_on_error_rate: float | None = Field(None, gt=0, le=1)
+    # ... counted from this many finished requests on
+    abort_min_requests: int = Field(20, ge=1)
     workers: int | Literal["auto"] = 1
 
     @model_validator(mode="after")

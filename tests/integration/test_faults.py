@@ -129,3 +129,41 @@ def test_a_scenario_can_ask_the_simulator_for_faults(tmp_path: Path) -> None:
     assert metrics["requests"] == 20
     assert set(metrics["failures_by_class"]) == {"http_status"}
     assert 0 < metrics["failures_by_class"]["http_status"] < 20
+
+
+def test_abort_rule_ends_the_run_with_exit_4(start_sim: StartSim, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import orjson
+    import yaml
+
+    from loadgen.rundir import rebuild_summary
+
+    base_url = start_sim(ttft_ms=20, itl_ms=5, faults={"http_503": 0.7}, fault_seed=3)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "abort",
+        "target": {"base_url": base_url},
+        "workload": {"num_prompts": 400, "input_tokens": 16, "output_tokens": 8},
+        "load": {"concurrency": [2, 4], "warmup_requests": 0, "abort_on_error_rate": 0.5, "abort_min_requests": 10},
+    }))
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(run_dir)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 4, proc.stderr
+    assert "aborted: " in proc.stderr
+    assert "load.abort_on_error_rate 50%" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    assert summary["aborted"].endswith("(>= load.abort_on_error_rate 50%)") or "load.abort_on_error_rate" in summary["aborted"]
+    # the first cell stopped early; the second never started
+    (cell,) = summary["cells"]
+    assert cell["status"] == "failed"
+    assert cell["reason"].startswith("aborted: ")
+    records = list(read_records(run_dir / "records.jsonl"))
+    assert 10 <= len(records) < 400
+    finished = [r for r in records if r.error != "cancelled"]
+    failed = [r for r in finished if not r.ok]
+    assert len(failed) / len(finished) >= 0.5 or len(finished) < 10
+    assert rebuild_summary(run_dir) == summary
