@@ -11,6 +11,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -141,6 +142,11 @@ def resolve_model(name: str, quant: str | None = None) -> ModelRef:
                 if name == e.hub + QUANT_SUFFIX.get(q, ""):
                     entry, implied = e, q
     if entry is None:
+        if "/" not in name and not Path(name).expanduser().exists():
+            raise UsageError(
+                f"model {name!r}: not a catalogue alias (see `loadgen models`), a hub id (org/name) "
+                "or a local checkpoint directory"
+            )
         return ModelRef(name, quant or "bf16", None)
     if implied is not None and quant is not None and quant != implied:
         raise UsageError(f"--quant {quant}: {name} is the {implied} checkpoint; drop --quant or name {entry.alias}")

@@ -186,6 +186,10 @@ def run(
     for c in failed:
         err().print(f"cell {c['cell'] + 1} failed: {c['reason']}", highlight=False, soft_wrap=True)
     out().print(f"run directory: {result.run_dir}", highlight=False)
+    if summary["cells"] and len(failed) == len(summary["cells"]) and result.aborted is None and not result.interrupted:
+        from loadgen.errors import TargetError
+
+        raise TargetError("no cell completed a request: the server could not serve this scenario (reasons above)")
     if result.aborted is not None:
         from loadgen.errors import AbortedError
 

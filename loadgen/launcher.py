@@ -72,7 +72,7 @@ def sim_spec(serve: Serve) -> LaunchSpec:
     argv = (
         sys.executable, "-m", "loadgen", "sim", "--host", serve.host, "--port", str(port),
         "--ttft-ms", f"{sim.ttft_ms:g}", "--itl-ms", f"{sim.itl_ms:g}",
-        "--tokens-per-chunk", str(sim.tokens_per_chunk),
+        "--tokens-per-chunk", str(sim.tokens_per_chunk), "--max-model-len", str(sim.max_model_len),
         *(x for kind, rate in sim.faults.items() for x in ("--fault", f"{kind}={rate:g}")),
         "--fault-seed", str(sim.fault_seed), "--stall-s", f"{sim.stall_s:g}", "--slow-ttft-ms", f"{sim.slow_ttft_ms:g}",
         *(("--crash-after", str(sim.crash_after)) if sim.crash_after else ()),

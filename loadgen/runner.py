@@ -28,7 +28,7 @@ from loadgen.engines import engine_info, prepare
 from loadgen.errors import LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.launcher import LaunchedServer, free_port, sim_spec, tail
 from loadgen.matrix import Cell, expand_cells
-from loadgen.payload import PreparedRequest
+from loadgen.payload import ENDPOINTS, PreparedRequest
 from loadgen.probes import PROBES, GpuSampler, MetricsScraper, ProbeLog
 from loadgen.records import RecordWriter, RequestRecord, read_records
 from loadgen.rundir import (
@@ -137,15 +137,26 @@ def execute(
     write_json(run_dir / PROVENANCE, provenance)
     groups = group_cells(cells, launched=base_url is None)
     run = _Run(scenario, run_dir, provenance, obs, render_report, len(cells))
+    # a plain run ends when its engine dies; a matrix records the cell and gives the rest a fresh engine
+    plain = len(groups) == 1 and not scenario.matrix_blocks
     try:
         for n, group in enumerate(groups):
             todo = [c for c in group if c.index not in finished]
             while todo and not run.stop_requested:
                 todo = run.serve_group(todo, base_url, n, len(groups), single=len(groups) == 1 and not finished)
+                if plain and run.engine_death is not None:
+                    todo = []
     finally:
         run.close()
         provenance["end_wall"] = datetime.now(UTC).isoformat()
         write_json(run_dir / PROVENANCE, provenance)
+    if plain and run.engine_death is not None:
+        how, log, index = run.engine_death
+        raise LaunchError(
+            f"the engine {how} during cell {index + 1}; the run directory holds every request measured "
+            f"({run_dir}; engine log: {log})",
+            tail(log),
+        )
     summary = run.summary()
     if run.abort_reason is not None:
         summary["aborted"] = run.abort_reason
@@ -225,6 +236,12 @@ class _Run:
         self.status = CellStatusLog(run_dir)
         self.stop_requested = False
         self.abort_reason: str | None = None
+        # a plain run (one engine, no matrix) stops at bad input; a matrix fails the cell and goes on
+        self.plain = len(group_cells(expand_cells(scenario), launched=scenario.serve is not None)) == 1 \
+            and not scenario.matrix_blocks
+        self.context: int | None = None  # the served model's context length, when the server says
+        # (how it exited, its log, the cell it died in) of the last engine that died mid-cell
+        self.engine_death: tuple[str, Path, int] | None = None
 
     def summary(self) -> dict[str, Any]:
         cells = [self.entries[i] for i in sorted(self.entries)]
@@ -298,6 +315,11 @@ class _Run:
             async with StreamingClient(target, base_url, clock_base_ns=clock_base, api_key=api_key) as client:
                 model = await _resolve_model(client, base_url, target.model, self.provenance)
                 self.provenance["model"] = model
+                self.context = model_context(self.provenance.get("server_models"), model)
+                if self.plain and self.context is not None:
+                    for cell in todo:
+                        if (why := too_long(cell, self.context)) is not None:
+                            raise ScenarioError(f"{self.scenario.name}: {why}")
                 write_json(self.run_dir / PROVENANCE, self.provenance)
                 calibration = TextCalibration()
                 if needs_calibration(point):
@@ -330,13 +352,23 @@ class _Run:
                 self.obs.record(r)
                 rule.add(r)
 
+            if self.context is not None and (why := too_long(cell, self.context)) is not None:
+                self.finish_cell(cell, [], "failed", why, desc)
+                continue
             interrupted = False
+            refused: str | None = None
             try:
                 await self._measure(client, scraper, server, cell, model, calibration, emit, stop)
+            except TargetError as exc:
+                if self.plain:
+                    raise
+                refused = str(exc)  # a matrix records the cell and goes on
             finally:
                 records = list(read_records(self.run_dir / RECORDS, start))
                 interrupted = stop.is_set() and rule.reason is None
-                if rule.reason is not None:
+                if refused is not None:
+                    self.finish_cell(cell, records, "failed", refused, desc)
+                elif rule.reason is not None:
                     self.abort_reason = rule.reason
                     self.finish_cell(cell, records, "failed", f"aborted: {rule.reason}", desc)
                 elif not interrupted:
@@ -348,7 +380,8 @@ class _Run:
                         self.scenario, cell, records, {"status": "interrupted", "server": desc}, samples
                     )
                     self.write_outputs()
-            if server is not None and server.proc is not None and server.proc.poll() is not None:
+            if server is not None and server.proc is not None and (code := server.proc.poll()) is not None:
+                self.engine_death = (exit_status(code), server.log_path, cell.index)
                 return todo[k + 1:]
         return []
 
@@ -474,12 +507,42 @@ def describe_server(point: Scenario, info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def model_context(models: Any, model: str) -> int | None:
+    """``max_model_len`` of ``model`` in a ``/v1/models`` answer (vLLM, SGLang, loadgen's engines)."""
+    if not isinstance(models, dict):
+        return None
+    for m in models.get("data", []):
+        if isinstance(m, dict) and m.get("id") == model and isinstance(m.get("max_model_len"), int):
+            return int(m["max_model_len"])
+    return None
+
+
+def too_long(cell: Cell, context: int) -> str | None:
+    if cell.input_tokens + cell.output_tokens <= context:
+        return None
+    return (
+        f"workload.input_tokens + output_tokens = {cell.input_tokens} + {cell.output_tokens} = "
+        f"{cell.input_tokens + cell.output_tokens} exceeds the model's context of {context} tokens "
+        "(the server's max_model_len); lower them, or serve the model with a longer context (serve.setting)"
+    )
+
+
+def exit_status(code: int) -> str:
+    """How a process ended, in words: 'exited with status 1' / 'was killed by SIGKILL (-9)'."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name} ({code})"
+        except ValueError:
+            pass
+    return f"exited with status {code}"
+
+
 def cell_outcome(records: list[RequestRecord], server: LaunchedServer | None) -> tuple[str, str | None]:
     """``done``, or ``failed`` with the reason: no request completed, or the engine died."""
     measured = [r for r in records if not r.warmup]
     if server is not None and server.proc is not None and (code := server.proc.poll()) is not None:
         last = tail(server.log_path, 1).strip()
-        return "failed", f"engine exited with status {code} during the cell ({last[:200]})"
+        return "failed", f"the engine {exit_status(code)} during the cell ({last[:200]})"
     if measured and any(r.ok for r in measured):
         return "done", None
     failed = [r for r in records if not r.ok]
@@ -495,7 +558,7 @@ async def _resolve_model(
     try:
         models = await client.fetch_models()
     except (httpx.HTTPError, ValueError) as exc:
-        reason = str(exc) or type(exc).__name__
+        reason = (str(exc) or type(exc).__name__).splitlines()[0]  # httpx appends a second line of help
         if wanted == "auto":
             raise TargetError(
                 f"{base_url}/models: cannot list models ({reason}); is an OpenAI-compatible "
@@ -536,7 +599,44 @@ async def _warmup(
         warm = [replace(pool[i % len(pool)], warmup=True) for i in range(ld.warmup_requests)]
         conc = min(cell.concurrency or len(warm), len(warm))
         plan = LoadPlan(warm, iter_offsets(None), len(warm), conc)
-        await run_load(client, plan, start_ns=time.perf_counter_ns(), emit=emit, stop=stop)
+        seen: list[RequestRecord] = []
+
+        def keep(r: RequestRecord) -> None:
+            seen.append(r)
+            emit(r)
+
+        await run_load(client, plan, start_ns=time.perf_counter_ns(), emit=keep, stop=stop)
+        if (why := unusable(seen, point.target.api)) is not None:
+            raise TargetError(why)
+
+
+def unusable(warmup: list[RequestRecord], api: str) -> str | None:
+    """Why the server cannot serve this scenario at all, when every warmup request failed in a
+    way that no retry mends (refused, 4xx other than 408/429, not an event stream); else None.
+    Busy answers (429, 5xx) and timeouts are left to the measured run to count."""
+    done = [r for r in warmup if r.error != "cancelled"]
+    if not done or any(r.ok for r in done):
+        return None
+    r = done[0]
+    endpoint = ENDPOINTS[api]
+    detail = (r.error_detail or "")[:200]
+    if r.error == "connect":
+        return f"POST {endpoint}: cannot connect ({detail}); is the server running?"
+    if r.error == "malformed":
+        return f"POST {endpoint}: the answer is not an OpenAI event stream ({detail}); is this the server's /v1 URL?"
+    status = r.status or 0
+    if r.error == "http_status" and (400 <= status < 500 or status == 501) and status not in (408, 429):
+        hint = {
+            404: f"does the server serve {endpoint} under this base URL (usually .../v1)?",
+            405: f"the server does not take POST {endpoint}; is this the OpenAI-compatible base URL?",
+            501: f"the server does not take POST {endpoint}; is this the OpenAI-compatible base URL?",
+            401: "set the API key in the variable target.api_key_env names",
+            403: "set the API key in the variable target.api_key_env names",
+        }.get(status, "the server refuses these requests")
+        if "chat template" in detail.lower():
+            hint = "the model has no chat template: use target.api: completions"
+        return f"POST {endpoint}: HTTP {status}: {detail}; {hint}"
+    return None
 
 
 async def _measure_window(

@@ -184,6 +184,7 @@ class SimOptions(_Model):
     ttft_ms: float = Field(50.0, ge=0)
     itl_ms: float = Field(10.0, ge=0)
     tokens_per_chunk: int = Field(1, ge=1)
+    max_model_len: int = Field(1_000_000, ge=2)
     # injected faults by kind -> rate (see `loadgen sim --help`), and their parameters
     faults: dict[str, float] = Field(default_factory=dict)
     fault_seed: int = 0
@@ -477,9 +478,18 @@ def load_scenario(path: Path | str, overrides: list[str] | None = None) -> Scena
             )
         new_workload = scenario.workload.model_copy(update={"prompt": PromptFile(file=file)})
         scenario = scenario.model_copy(update={"workload": new_workload})
-    from loadgen.matrix import expand_cells
+    from loadgen.catalogue import resolve_model
+    from loadgen.errors import UsageError
+    from loadgen.matrix import expand_cells, points
 
     expand_cells(scenario, source=str(path))  # a matrix point that is not valid fails here, not mid-run
+    for _, point in points(scenario, str(path)):
+        serve = point.serve
+        if serve is not None and serve.model is not None and serve.engine != "sim":
+            try:
+                resolve_model(serve.model, serve.quant)
+            except UsageError as exc:
+                raise ScenarioError(f"{path}: serve.model -> {exc}") from None
     return scenario
 
 

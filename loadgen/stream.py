@@ -8,6 +8,8 @@ and its timeouts differ between the two.
 
 from __future__ import annotations
 
+import re
+
 from loadgen.payload import MalformedChunk, PreparedRequest, parse_chunk
 from loadgen.records import FailureClass, RequestRecord, TokenSource
 from loadgen.sse import DONE, SSEParser
@@ -144,6 +146,9 @@ class StreamState:
 
 
 def error_snippet(body: bytes) -> str:
-    """The first 300 bytes of an error body, on one line."""
-    text = body[:300].decode("utf-8", "replace").strip().replace("\n", " ")
+    """An error body on one line, at most 300 characters; an HTML page reduced to its text."""
+    text = body[:4000].decode("utf-8", "replace")
+    if text.lstrip().startswith("<"):
+        text = re.sub(r"<(script|style)\b.*?</\1>|<[^>]+>", " ", text, flags=re.S | re.I)
+    text = " ".join(text.split())[:300]
     return text or "(empty body)"

@@ -118,10 +118,12 @@ def test_unreachable_server(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "cannot list models" in proc.stderr
 
-    # with the model named, no lookup: every request is recorded as a connect failure
+    # with the model named, no lookup and no warmup: every request is recorded as a connect
+    # failure, and a run in which nothing completed says so with exit 3
     proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path / "b"),
                    "--set", "target.model=m", "--set", "load.warmup_requests=0")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: no cell completed a request")
     m = orjson.loads((tmp_path / "b" / "summary.json").read_bytes())["cells"][0]["metrics"]
     assert m["failures_by_class"] == {"connect": 3}
     assert m["completed"] == 0

@@ -247,3 +247,59 @@ def test_sigint_mid_run_stops_the_vllm_engine_it_launched(tmp_path: Path) -> Non
     recs = [r for r in read_records(records) if not r.warmup and r.ok]
     assert recs
     assert {(r.prompt_tokens, r.output_tokens) for r in recs} == {(128, 64)}
+
+
+def _wait_for_records(proc: subprocess.Popen[str], records: Path, size: int, timeout: float = 400) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < size):
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+
+
+@pytest.mark.usefixtures("vllm_cpu")
+def test_engine_killed_mid_run_ends_the_run_with_its_exit_status(tmp_path: Path) -> None:
+    run_dir = tmp_path / "qs"
+    proc = popen("run", "scenarios/quickstart.yaml", "--out", str(run_dir), "--set", "workload.num_prompts=400",
+                 "--set", "load.concurrency=2")
+    records = run_dir / "records.jsonl"
+    _wait_for_records(proc, records, 3000)
+    provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
+    os.kill(provenance["server"]["pid"], signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 3, stderr
+    assert "the engine was killed by SIGKILL (-9) during cell 1" in stderr
+    assert "--- log tail ---" in stderr
+    assert "Traceback" not in stderr.split("--- log tail ---")[0]
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    (cell,) = summary["cells"]  # the run ended: cell 2 never started
+    assert cell["status"] == "failed"
+    assert cell["reason"].startswith("the engine was killed by SIGKILL (-9) during the cell")
+    recs = list(read_records(records))
+    ok = [r for r in recs if r.ok and not r.warmup]
+    assert ok  # what was measured before the kill is kept
+    assert cell["metrics"]["completed"] == len(ok)
+    # the requests after the kill are there too, each with its class
+    assert {r.error for r in recs if not r.ok} <= {"connect", "reset", "stream_cut"}
+    engine_gone(provenance)
+
+
+def test_sigterm_to_loadgen_stops_the_engine_it_launched(tmp_path: Path) -> None:
+    path = scenario(tmp_path, """
+serve: {backend: transformers, model: tiny}
+workload: {num_prompts: 2000, input_tokens: 24, output_tokens: 12}
+load: {concurrency: 2, warmup_requests: 1}
+""")
+    run_dir = tmp_path / "run"
+    proc = popen("run", str(path), "--out", str(run_dir))
+    records = run_dir / "records.jsonl"
+    _wait_for_records(proc, records, 3000, timeout=120)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    assert summary["interrupted"] is True
+    recs = list(read_records(records))
+    assert any(r.ok for r in recs)
+    assert all(r.ok or r.error == "cancelled" for r in recs)
+    engine_gone(orjson.loads((run_dir / "provenance.json").read_bytes()))

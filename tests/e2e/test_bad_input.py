@@ -1,0 +1,118 @@
+"""Bad input wherever a user types, and servers that cannot serve the scenario: one readable
+line (the engine's log tail aside), the right exit code, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadgen.launcher import free_port
+from loadgen.tiny import ensure_tiny
+from tests.conftest import StartSim
+
+ROOT = Path(__file__).parents[2]
+
+
+def loadgen(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, check=False)
+
+
+def one_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("serve: {backend: vllm, model: qwen9-1b}\n", "serve.model -> model 'qwen9-1b': not a catalogue alias"),
+    ("workload: {prompt: {file: nope.jsonl}}\n", "workload.prompt.file -> no such file"),
+    ("target: {base_url: 'localhost:8000'}\n", "target -> base_url must start with http:// or https://"),
+    ("workload: {num_prompts: 0}\n", "workload.num_prompts -> Input should be greater than 0"),
+    ("workload: {input_tokens: [128, -1]}\n", "workload.input_tokens -> must be a positive integer"),
+    ("load: {abort_on_error_rate: 1.5}\n", "load.abort_on_error_rate -> Input should be less than or equal to 1"),
+    ("serve: {backend: sim, sim: {faults: {meltdown: 0.1}}}\n", "unknown fault 'meltdown'"),
+    ("load: [1, 2]\n", "load -> Input should be a valid dictionary"),
+])
+def test_bad_scenario_files(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    line = one_line(loadgen("run", str(path), "--out", str(tmp_path / "run")), 2, needle)
+    assert str(path) in line
+
+
+def test_input_and_output_beyond_the_models_context(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "serve: {backend: sim, sim: {max_model_len: 128}}\n"
+        "workload: {num_prompts: 4, input_tokens: 100, output_tokens: 50}\n"
+    )
+    one_line(loadgen("run", str(path), "--out", str(tmp_path / "run")), 2,
+             "100 + 50 = 150 exceeds the model's context of 128 tokens")
+
+
+def test_a_wrong_base_url_path_is_one_line_exit_3(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim()
+    path = tmp_path / "s.yaml"
+    path.write_text("target: {model: m}\nworkload: {num_prompts: 4, input_tokens: 8, output_tokens: 4}\n")
+    wrong = base_url.removesuffix("/v1") + "/v2"
+    one_line(loadgen("run", str(path), "--base-url", wrong, "--out", str(tmp_path / "run")), 3,
+             "POST /completions: HTTP 404", "usually .../v1")
+
+
+def test_an_html_server_is_one_line_exit_3(tmp_path: Path) -> None:
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "index.html").write_text("<html><body>It works!</body></html>")
+    port = free_port()
+    web = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                           cwd=tmp_path / "www", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        path = tmp_path / "s.yaml"
+        path.write_text("workload: {num_prompts: 4, input_tokens: 8, output_tokens: 4}\n")
+        for _ in range(50):
+            probe = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out",
+                            str(tmp_path / f"run{_}"))
+            if "Connection refused" not in probe.stderr:
+                break
+        one_line(probe, 3, "/models: cannot list models", "is an OpenAI-compatible server running there?")
+        # with the model named there is no lookup: the first request finds no OpenAI endpoint
+        one_line(loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--set", "target.model=m",
+                         "--out", str(tmp_path / "named")), 3, "POST /completions: HTTP 501")
+    finally:
+        web.terminate()
+        web.wait(timeout=10)
+
+
+def test_chat_to_a_model_without_a_chat_template(tmp_path: Path) -> None:
+    model = tmp_path / "no-template"
+    shutil.copytree(ensure_tiny(), model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        f"serve: {{backend: transformers, device: cpu, model: {model}}}\ntarget: {{api: chat}}\n"
+        "workload: {num_prompts: 4, input_tokens: 16, output_tokens: 4}\n"
+    )
+    one_line(loadgen("run", str(path), "--out", str(tmp_path / "run")), 3,
+             "POST /chat/completions: HTTP 400", "the model has no chat template: use target.api: completions")
+
+
+@pytest.mark.parametrize(("args", "code", "needle"), [
+    (["serve", "qwen2.5-7b", "--tp", "3", "--gpus", "0,1", "--dry-run"], 2, "--tp 3 --gpus 0,1"),
+    (["serve", "qwen2.5-7b", "--quant", "int3", "--dry-run"], 2, "--quant 'int3'"),
+    (["sim", "--fault", "stream_cut=2"], 2, "a rate is between 0 and 1"),
+    (["sim", "--fault", "http_503=0.6", "--fault", "reset=0.6"], 2, "add up to more than 1"),
+    (["report", "/nonexistent/run"], 2, "no such run directory"),
+])
+def test_bad_command_lines(args: list[str], code: int, needle: str) -> None:
+    one_line(loadgen(*args), code, needle)
