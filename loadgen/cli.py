@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 unexpected loadgen error, 2 bad input, 3 server unusable,
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections import deque
@@ -307,6 +308,9 @@ def sim(
     crash_after: Annotated[
         int | None, typer.Option(help="exit abruptly when this many requests have arrived")
     ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="require 'Authorization: Bearer $VAR' on completions (401 otherwise)")
+    ] = None,
 ) -> None:
     """Run the calibrated simulator: token i leaves at arrival + ttft + i * itl."""
     from loadgen.errors import UsageError
@@ -331,7 +335,10 @@ def sim(
     config = SimConfig(
         ttft_s=ttft_ms / 1e3, itl_s=itl_ms / 1e3, tokens_per_chunk=tokens_per_chunk,
         model=model, max_model_len=max_model_len, faults=faults,
+        api_key=os.environ.get(api_key_env) if api_key_env else None,
     )
+    if api_key_env and config.api_key is None:
+        raise UsageError(f"--api-key-env {api_key_env}: the variable is not set")
     err().print(f"loadgen sim on http://{host}:{port}/v1 (ttft {ttft_ms:g} ms, itl {itl_ms:g} ms)")
     serve_sim(config, host, port)
 

@@ -76,6 +76,7 @@ def sim_spec(serve: Serve) -> LaunchSpec:
         *(x for kind, rate in sim.faults.items() for x in ("--fault", f"{kind}={rate:g}")),
         "--fault-seed", str(sim.fault_seed), "--stall-s", f"{sim.stall_s:g}", "--slow-ttft-ms", f"{sim.slow_ttft_ms:g}",
         *(("--crash-after", str(sim.crash_after)) if sim.crash_after else ()),
+        *(("--api-key-env", sim.api_key_env) if sim.api_key_env else ()),
     )
     return LaunchSpec(argv, serve.host, port, ready_timeout_s=serve.ready_timeout_s or 60.0, name="sim")
 

@@ -32,7 +32,7 @@ from loadgen.matrix import Cell, expand_cells
 from loadgen.metrics import summarize
 from loadgen.probes import PROBES, read_probes, summarize_gpu, summarize_server_metrics
 from loadgen.records import RequestRecord, read_records
-from loadgen.scenario import Scenario, parse_scenario
+from loadgen.scenario import Scenario, parse_scenario, redact_argv
 
 RECORDS = "records.jsonl"
 SUMMARY = "summary.json"
@@ -56,7 +56,7 @@ def base_provenance(scenario: Scenario) -> dict[str, Any]:
         "platform": platform.platform(),
         "host": socket.gethostname(),
         "user": getpass.getuser(),
-        "argv": sys.argv,
+        "argv": redact_argv(sys.argv),
         "seed": scenario.seed,
         "start_wall": datetime.now(UTC).isoformat(),
     }

@@ -9,6 +9,7 @@ it (and the workload / load sweeps) into cells.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -191,6 +192,8 @@ class SimOptions(_Model):
     stall_s: float = Field(2.0, gt=0)
     slow_ttft_ms: float = Field(500.0, ge=0)
     crash_after: int | None = Field(None, ge=1)
+    # require this variable's value as the bearer token (the simulator reads it from its environment)
+    api_key_env: str | None = None
 
     @model_validator(mode="after")
     def _check_faults(self) -> SimOptions:
@@ -493,6 +496,27 @@ def load_scenario(path: Path | str, overrides: list[str] | None = None) -> Scena
     return scenario
 
 
+SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie|password", re.I)
+REDACTED = "<redacted>"
+
+
 def dump_scenario(scenario: Scenario) -> str:
-    """The scenario as resolved (defaults filled in), as YAML."""
-    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+    """The scenario as resolved (defaults filled in), as YAML; header values that carry
+    credentials are written as <redacted> (keys belong in the variable target.api_key_env names)."""
+    data = scenario.model_dump(mode="json")
+    headers = data["target"]["headers"]
+    for name in headers:
+        if SECRET_HEADER.search(name):
+            headers[name] = REDACTED
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with the values of credential headers given by --set replaced."""
+    out = []
+    for arg in argv:
+        key, sep, _ = arg.partition("=")
+        if sep and ".headers." in key and SECRET_HEADER.search(key.rsplit(".", 1)[-1]):
+            arg = f"{key}={REDACTED}"
+        out.append(arg)
+    return out

@@ -83,6 +83,7 @@ class SimConfig:
     model: str = "loadgen-sim"
     max_model_len: int = 1_000_000
     faults: SimFaults = field(default_factory=SimFaults)
+    api_key: str | None = None  # when set, requests must carry "Authorization: Bearer <api_key>"
 
 
 @dataclass(slots=True)
@@ -171,6 +172,11 @@ class SimApp:
             await respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             arrival = time.perf_counter()
+            key = self.config.api_key
+            if key is not None and (b"authorization", b"Bearer " + key.encode()) not in scope["headers"]:
+                await read_body(receive)
+                await respond(send, 401, error("invalid or missing API key", "AuthenticationError"))
+                return
             await self._generate(receive, send, arrival, chat=path.endswith("chat/completions"))
         else:
             await respond(send, 404, error(f"no route {method} {path}"))
