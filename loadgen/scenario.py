@@ -405,8 +405,8 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
+        field = ".".join(str(p) if str(p).isprintable() else repr(p) for p in loc) or "(top level)"
+        msg = " ".join(err["msg"].removeprefix("Value error, ").split())
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc)
             msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
