@@ -177,6 +177,8 @@ class StreamingClient:
             detail = f"{type(exc).__name__}: {exc}"
         finally:
             self._pool.release(http)  # after a failure httpcore has dropped the connection
+        if error is not None and st.done_ns is None:
+            st.done_ns = time.perf_counter_ns()  # when it was given up
         emit(st.record(req, request_id, scheduled_ns, self._base, error, detail))
 
     async def open_connections(self, count: int) -> None:

@@ -55,6 +55,8 @@ def _throughput_line(m: dict[str, Any]) -> str:
     ]
     if m["cancelled"]:
         parts.append(f"cancelled {m['cancelled']}")
+    if m["failed"]:
+        parts.append(f"throughput and latency over the {m['completed']} successful requests")
     parts += [
         f"duration {m['duration_s']:.2f} s",
         f"QPS {_num(m['request_throughput'], 3)}",
@@ -71,6 +73,9 @@ def _throughput_line(m: dict[str, Any]) -> str:
         )
     if m["output_tokens_short"]:
         parts.append(f"{m['output_tokens_short']} requests not at max_tokens")
+    mismatch = m.get("chunk_token_discrepancy") or {}
+    if mismatch.get("requests"):
+        parts.append(f"usage disagrees with the streamed chunks on {mismatch['requests']} requests")
     return " | ".join(parts)
 
 

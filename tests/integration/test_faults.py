@@ -167,3 +167,28 @@ def test_abort_rule_ends_the_run_with_exit_4(start_sim: StartSim, tmp_path: Path
     failed = [r for r in finished if not r.ok]
     assert len(failed) / len(finished) >= 0.5 or len(finished) < 10
     assert rebuild_summary(run_dir) == summary
+
+
+@pytest.mark.parametrize(("timeouts", "detail", "tokens"), [
+    ({"first_token_s": 0.1}, "first token", 0),  # every first token comes 300 ms late
+    ({"total_s": 0.2}, "total", None),  # 20 ms + 63 x 5 ms of tokens cannot finish in 200 ms
+])
+def test_first_token_and_total_timeouts(
+    timeouts: dict[str, float], detail: str, tokens: int | None, start_sim: StartSim, tmp_path: Path
+) -> None:
+    base_url = start_sim(ttft_ms=20, itl_ms=5, faults={"slow_ttft": 1.0} if tokens == 0 else {}, slow_ttft_ms=300)
+    sc = parse_scenario({
+        "name": "timeouts",
+        "target": {"base_url": base_url, "timeouts": timeouts},
+        "workload": {"num_prompts": 8, "input_tokens": 16, "output_tokens": 64},
+        "load": {"concurrency": 4, "warmup_requests": 0},
+    })
+    metrics = execute(sc, tmp_path / "run").summary["cells"][0]["metrics"]
+    assert metrics["failures_by_class"] == {"timeout": 8}
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    assert {r.error_detail for r in records} == {detail}
+    if tokens == 0:
+        assert all(r.chunk_tokens_total == 0 for r in records)
+    else:  # cut at 200 ms: the tokens that came before are kept, not all 64
+        assert all(20 <= r.chunk_tokens_total < 64 for r in records)
+        assert all(0.19 <= (r.done_at or 0) - (r.sent_at or 0) < 0.3 for r in records)
