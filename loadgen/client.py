@@ -106,6 +106,8 @@ class StreamingClient:
         self._models_url = base_url.rstrip("/") + "/models"
         self._headers = auth_headers(target, api_key)
         self._first_token_s = target.timeouts.first_token_s
+        self._connect_s = target.timeouts.connect_s
+        self._between_s = target.timeouts.between_tokens_s
         self._total_s = target.timeouts.total_s
         self._base = clock_base_ns
 
@@ -166,7 +168,11 @@ class StreamingClient:
         except TimeoutError:
             error, detail = "timeout", "first token" if not st.chunk_ns else "total"
         except httpx.TimeoutException as exc:
-            error, detail = "timeout", type(exc).__name__
+            error = "timeout"
+            if isinstance(exc, httpx.ConnectTimeout):
+                detail = f"connect (no connection in {self._connect_s} s)"
+            else:  # a read gap: between tokens, or from the response headers to the first token
+                detail = f"no data for {self._between_s} s (between_tokens_s; {type(exc).__name__})"
         except httpx.ConnectError as exc:
             error, detail = "connect", str(exc) or type(exc).__name__
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
