@@ -138,7 +138,7 @@ class StreamingClient:
         emit: Callable[[RequestRecord], None],
     ) -> None:
         """Send one request and ``emit`` its record (also when cancelled, before re-raising)."""
-        st = StreamState()
+        st = StreamState(self._first_token_s, self._total_s)
         trace = _Trace(st)
         error: FailureClass | None = None
         detail: str | None = None

@@ -362,7 +362,8 @@ class LLMUser(User):
             raise StopUser()
         req = bench.pool[next(bench.next_prompt) % len(bench.pool)]
         request_id = next(STATE.request_ids)
-        st = StreamState()
+        t = bench.timeouts
+        st = StreamState(t.first_token_s, t.total_s)
         try:
             error, detail = _stream(self.http, bench.path, req.body, bench.headers, bench.timeouts, st)
         except gevent.GreenletExit:

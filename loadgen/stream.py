@@ -23,9 +23,16 @@ class StreamState:
     __slots__ = (
         "sent_ns", "chunk_ns", "chunk_tokens", "cum_tokens", "usage_completion",
         "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
+        "first_limit_ns", "total_limit_ns",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, first_token_s: float | None = None, total_s: float | None = None) -> None:
+        """``first_token_s`` / ``total_s``: deadlines checked against each chunk's arrival time
+        as well, so a chunk that lands while a busy client's timer is still pending is classed
+        by when it came, not by which event the loop happened to run first."""
+        limits = [x for x in (first_token_s, total_s) if x is not None]
+        self.first_limit_ns = int(min(limits) * 1e9) if limits else None
+        self.total_limit_ns = int(total_s * 1e9) if total_s is not None else None
         self.sent_ns = 0
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
@@ -99,6 +106,11 @@ class StreamState:
         else:
             n = 1 if chunk.text else 0  # a role-only chat delta carries none
         if n > 0:
+            waited = t - self.sent_ns
+            if not self.chunk_ns and self.first_limit_ns is not None and waited > self.first_limit_ns:
+                return "timeout", "first token"
+            if self.total_limit_ns is not None and waited > self.total_limit_ns:
+                return "timeout", "total"
             self.chunk_ns.append(t)
             self.chunk_tokens.append(n)
         if chunk.finish_reason is not None:

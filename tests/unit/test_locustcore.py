@@ -201,3 +201,19 @@ def test_locust_command_errors(args: list[str], message: str) -> None:
 def test_rows_csv_quotes_names_and_leaves_missing_figures_empty() -> None:
     rows = [{"name": "Total", "requests": 1, "recent_tok_s": None}]
     assert rows_csv(rows).splitlines()[1] == '"Total",1,,,,,,,,'
+
+
+def test_stream_state_classes_late_chunks_by_their_arrival_time() -> None:
+    chunk = b'data: {"choices":[{"text":"a"}]}\n\n'
+    late = StreamState(first_token_s=0.02)
+    late.sent_ns = 1_000_000_000
+    assert late.feed(chunk, 1_030_000_000)  # 30 ms: after the 20 ms first-token deadline
+    assert late.outcome == ("timeout", "first token")
+    assert late.chunk_tokens == []  # it came after the client had given up
+    ok = StreamState(first_token_s=0.02, total_s=0.05)
+    ok.sent_ns = 0
+    assert not ok.feed(chunk, 10_000_000)
+    assert not ok.feed(chunk, 45_000_000)
+    assert ok.feed(chunk, 60_000_000)  # past the 50 ms total
+    assert ok.outcome == ("timeout", "total")
+    assert ok.chunk_tokens == [1, 1]
