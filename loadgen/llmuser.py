@@ -118,6 +118,9 @@ class _State:
         self.model: str | None = None
         self.closed = False
         self.failed = False
+        # set when Locust starts stopping the test: a user between two requests sends no more
+        # (Locust kills waiting users, and its kill can land after the next request was sent)
+        self.stopping = False
 
     # -- set-up ---------------------------------------------------------------------------------
     def load(self, source: str, overrides: list[str]) -> None:
@@ -360,6 +363,8 @@ class LLMUser(User):
         bench = self.bench
         if bench is None:
             raise StopUser()
+        if STATE.stopping:
+            return
         req = bench.pool[next(bench.next_prompt) % len(bench.pool)]
         request_id = next(STATE.request_ids)
         t = bench.timeouts
@@ -462,11 +467,17 @@ def _fail(message: str) -> None:
 
 @events.test_start.add_listener
 def _test_start(environment: Environment, **_: Any) -> None:
+    STATE.stopping = False
     opts = environment.parsed_options
     source = getattr(opts, "scenario", None)
     overrides = list(getattr(opts, "loadgen_set", None) or [])
     if source is not None and (source, overrides) != (STATE.source, STATE.overrides):
         STATE.load(source, overrides)  # a worker given the master's scenario
+
+
+@events.test_stopping.add_listener
+def _test_stopping(**_: Any) -> None:
+    STATE.stopping = True
 
 
 @events.report_to_master.add_listener
