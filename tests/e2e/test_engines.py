@@ -229,14 +229,7 @@ load: {concurrency: [1, 4], warmup_requests: 1}
 @pytest.mark.usefixtures("vllm_cpu")
 def test_sigint_mid_run_stops_the_vllm_engine_it_launched(tmp_path: Path) -> None:
     run_dir = tmp_path / "qs"
-    proc = popen("run", "scenarios/quickstart.yaml", "--out", str(run_dir), "--set", "workload.num_prompts=400",
-                 "--set", "load.concurrency=2")
-    records = run_dir / "records.jsonl"
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 3000):
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
+    proc, records = _long_quickstart(run_dir)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
@@ -247,6 +240,15 @@ def test_sigint_mid_run_stops_the_vllm_engine_it_launched(tmp_path: Path) -> Non
     recs = [r for r in read_records(records) if not r.warmup and r.ok]
     assert recs
     assert {(r.prompt_tokens, r.output_tokens) for r in recs} == {(128, 64)}
+
+
+def _long_quickstart(run_dir: Path) -> tuple[subprocess.Popen[str], Path]:
+    """The quickstart on vLLM CPU, made long (400 prompts), once it has measured a few requests."""
+    proc = popen("run", "scenarios/quickstart.yaml", "--out", str(run_dir), "--set", "workload.num_prompts=400",
+                 "--set", "load.concurrency=2")
+    records = run_dir / "records.jsonl"
+    _wait_for_records(proc, records, 3000)
+    return proc, records
 
 
 def _wait_for_records(proc: subprocess.Popen[str], records: Path, size: int, timeout: float = 400) -> None:
@@ -260,10 +262,7 @@ def _wait_for_records(proc: subprocess.Popen[str], records: Path, size: int, tim
 @pytest.mark.usefixtures("vllm_cpu")
 def test_engine_killed_mid_run_ends_the_run_with_its_exit_status(tmp_path: Path) -> None:
     run_dir = tmp_path / "qs"
-    proc = popen("run", "scenarios/quickstart.yaml", "--out", str(run_dir), "--set", "workload.num_prompts=400",
-                 "--set", "load.concurrency=2")
-    records = run_dir / "records.jsonl"
-    _wait_for_records(proc, records, 3000)
+    proc, records = _long_quickstart(run_dir)
     provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
     os.kill(provenance["server"]["pid"], signal.SIGKILL)
     _, stderr = proc.communicate(timeout=300)
