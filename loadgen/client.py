@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from loadgen.payload import ENDPOINTS, PreparedRequest
+from loadgen.payload import ENDPOINTS, PreparedRequest, auth_headers
 from loadgen.records import FailureClass, RequestRecord
 from loadgen.scenario import Target
 from loadgen.stream import Outcome, StreamState, error_snippet
@@ -81,13 +81,6 @@ class ConnectionPool:
         await asyncio.gather(*(h.aclose() for h in self._all))
         self._all.clear()
         self._free.clear()
-
-
-def auth_headers(target: Target, api_key: str | None) -> dict[str, str]:
-    headers = {"Content-Type": "application/json", **target.headers}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return headers
 
 
 class StreamingClient:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import itertools
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -53,7 +52,7 @@ from loadgen.locustcore import (
 )
 from loadgen.matrix import Cell
 from loadgen.metrics import itl_values, tpot
-from loadgen.payload import ENDPOINTS, PreparedRequest
+from loadgen.payload import ENDPOINTS, PreparedRequest, api_key, auth_headers
 from loadgen.records import FailureClass, RequestRecord
 from loadgen.rundir import base_provenance
 from loadgen.scenario import Timeouts, load_scenario
@@ -191,11 +190,7 @@ def _build_workbench(plan: LocustPlan, host: str) -> Workbench:
     target = plan.scenario.target
     base = host.rstrip("/")
     url = URL(base + ENDPOINTS[target.api])
-    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity", **target.headers}
-    if target.api_key_env:
-        key = os.environ.get(target.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+    headers = {**auth_headers(target, api_key(target)), "Accept-Encoding": "identity"}
     t = target.timeouts
     http = _client(url, t)
     try:

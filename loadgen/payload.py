@@ -5,12 +5,13 @@ Pure functions only: the asyncio client and the Locust user both use them.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
-from loadgen.scenario import Sampling
+from loadgen.scenario import Sampling, Target
 
 Api = Literal["completions", "chat"]
 ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
@@ -35,6 +36,19 @@ class Prompt:
     token_ids: tuple[int, ...] | None = None
     text: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
+
+
+def api_key(target: Target) -> str | None:
+    """The API key, from the environment variable the scenario names (never from the file)."""
+    return os.environ.get(target.api_key_env) if target.api_key_env else None
+
+
+def auth_headers(target: Target, key: str | None) -> dict[str, str]:
+    """The headers of every request: JSON, the scenario's own, and the bearer key."""
+    headers = {"Content-Type": "application/json", **target.headers}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
 
 
 def build_payload(

@@ -8,7 +8,6 @@ Progress goes to an ``Observer``; nothing here prints.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections import Counter
@@ -28,7 +27,7 @@ from loadgen.engines import engine_info, prepare
 from loadgen.errors import LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.launcher import LaunchedServer, free_port, sim_spec, tail
 from loadgen.matrix import Cell, expand_cells
-from loadgen.payload import ENDPOINTS, PreparedRequest
+from loadgen.payload import ENDPOINTS, PreparedRequest, api_key
 from loadgen.probes import PROBES, GpuSampler, MetricsScraper, ProbeLog
 from loadgen.records import RecordWriter, RequestRecord, read_records
 from loadgen.rundir import (
@@ -136,9 +135,10 @@ def execute(
         finished = set()
     write_json(run_dir / PROVENANCE, provenance)
     groups = group_cells(cells, launched=base_url is None)
-    run = _Run(scenario, run_dir, provenance, obs, render_report, len(cells))
-    # a plain run ends when its engine dies; a matrix records the cell and gives the rest a fresh engine
+    # a plain run ends when its engine dies or the server refuses the scenario; a matrix records
+    # the cell and goes on (a dead engine is replaced for the next cells)
     plain = len(groups) == 1 and not scenario.matrix_blocks
+    run = _Run(scenario, run_dir, provenance, obs, render_report, len(cells), plain=plain)
     try:
         for n, group in enumerate(groups):
             todo = [c for c in group if c.index not in finished]
@@ -224,7 +224,7 @@ class _Run:
 
     def __init__(
         self, scenario: Scenario, run_dir: Path, provenance: dict[str, Any], obs: Observer,
-        render_report: Callable[[dict[str, Any]], str] | None, n_cells: int,
+        render_report: Callable[[dict[str, Any]], str] | None, n_cells: int, *, plain: bool,
     ) -> None:
         self.scenario, self.run_dir, self.provenance, self.obs = scenario, run_dir, provenance, obs
         self.render_report, self.n_cells = render_report, n_cells
@@ -237,8 +237,7 @@ class _Run:
         self.stop_requested = False
         self.abort_reason: str | None = None
         # a plain run (one engine, no matrix) stops at bad input; a matrix fails the cell and goes on
-        self.plain = len(group_cells(expand_cells(scenario), launched=scenario.serve is not None)) == 1 \
-            and not scenario.matrix_blocks
+        self.plain = plain
         self.context: int | None = None  # the served model's context length, when the server says
         # (how it exited, its log, the cell it died in) of the last engine that died mid-cell
         self.engine_death: tuple[str, Path, int] | None = None
@@ -308,11 +307,10 @@ class _Run:
         point = todo[0].point
         assert point is not None
         target = point.target
-        api_key = os.environ.get(target.api_key_env) if target.api_key_env else None
         clock_base = self.provenance.setdefault("clock_base_ns", time.perf_counter_ns())
         desc = describe_server(point, info)
         try:
-            async with StreamingClient(target, base_url, clock_base_ns=clock_base, api_key=api_key) as client:
+            async with StreamingClient(target, base_url, clock_base_ns=clock_base, api_key=api_key(target)) as client:
                 model = await _resolve_model(client, base_url, target.model, self.provenance)
                 self.provenance["model"] = model
                 self.context = model_context(self.provenance.get("server_models"), model)

@@ -49,6 +49,16 @@ def locust(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
     )
 
 
+def headless(scenario: Path, base_url: str, tmp_path: Path, users: int, run_time: str, stop_timeout: int
+             ) -> subprocess.CompletedProcess[str]:
+    """`loadgen locust` headless with CSVs at tmp_path/stats and loadgen's run directory at tmp_path/run."""
+    return locust(
+        "--scenario", str(scenario), "--host", base_url, "--headless", "-u", str(users), "-r", str(users),
+        "-t", run_time, "--stop-timeout", str(stop_timeout), "--csv", str(tmp_path / "stats"),
+        "--out", str(tmp_path / "run"), "--only-summary",
+    )
+
+
 def stats_rows(prefix: Path) -> dict[str, dict[str, str]]:
     with Path(f"{prefix}_stats.csv").open() as f:
         return {row["Name"]: row for row in csv.DictReader(f) if row["Type"] == "LLM"}
@@ -63,10 +73,7 @@ def test_headless_run_matches_the_simulator(start_sim: StartSim, tmp_path: Path)
     base_url = start_sim(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
     scenario = write_scenario(tmp_path / "s.yaml")
     prefix = tmp_path / "stats"
-    run = locust(
-        "--scenario", str(scenario), "--host", base_url, "--headless", "-u", "20", "-r", "20", "-t", "10s",
-        "--stop-timeout", "30", "--csv", str(prefix), "--out", str(tmp_path / "run"), "--only-summary",
-    )
+    run = headless(scenario, base_url, tmp_path, 20, "10s", 30)
     assert run.returncode == 0, run.stderr[-3000:]
     served = sim_requests(base_url)
     rows = stats_rows(prefix)
@@ -185,10 +192,7 @@ def test_failures_are_reported_in_loadgen_classes(start_sim: StartSim, tmp_path:
     base_url = start_sim(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
     scenario = write_scenario(tmp_path / "s.yaml", target={"timeouts": {"first_token_s": 0.02}})
     prefix = tmp_path / "stats"
-    run = locust(
-        "--scenario", str(scenario), "--host", base_url, "--headless", "-u", "4", "-r", "4", "-t", "3s",
-        "--stop-timeout", "10", "--csv", str(prefix), "--out", str(tmp_path / "run"), "--only-summary",
-    )
+    run = headless(scenario, base_url, tmp_path, 4, "3s", 10)
     # Locust exits 1 when requests failed
     assert run.returncode == 1, run.stderr[-3000:]
     rows = stats_rows(prefix)
