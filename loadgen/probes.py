@@ -297,9 +297,13 @@ class MetricsScraper:
         if (values := await self.scrape()) is not None:
             emit(values)
 
-    async def run(self, emit: Callable[[dict[str, Any]], None]) -> None:
+    async def run(self, emit: Callable[[dict[str, Any]], None], *, first_done: bool = False) -> None:
+        """Scrape every ``interval_s``; ``first_done``: the caller already took the first scrape."""
         while self.enabled:
-            await self.scrape_once(emit)
+            if first_done:
+                first_done = False
+            else:
+                await self.scrape_once(emit)
             await asyncio.sleep(self.interval_s)
 
     async def reset_peak(self) -> None:
