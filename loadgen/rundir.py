@@ -33,6 +33,7 @@ from loadgen.metrics import summarize
 from loadgen.probes import PROBES, read_probes, summarize_gpu, summarize_server_metrics
 from loadgen.records import RequestRecord, read_records
 from loadgen.scenario import Scenario, parse_scenario, redact_argv
+from loadgen.selfcheck import summarize_client
 
 RECORDS = "records.jsonl"
 SUMMARY = "summary.json"
@@ -96,6 +97,7 @@ def cell_summary(
         "metrics": summarize(records, point.slo) if measured else None,
         "server_metrics": summarize_server_metrics(samples.get("metrics", [])),
         "gpu_memory": summarize_gpu(samples.get("gpu", []), reason=no_gpu),
+        "client": summarize_client(samples.get("client", []), records, cell.rate is not None),
     }
 
 

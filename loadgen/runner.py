@@ -8,10 +8,12 @@ Progress goes to an ``Observer``; nothing here prints.
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +50,8 @@ from loadgen.rundir import (
 )
 from loadgen.scenario import Scenario, dump_scenario
 from loadgen.schedule import iter_offsets
+from loadgen.selfcheck import ClientMonitor
+from loadgen.workers import resolve_workers, run_workers, worker_jobs
 from loadgen.workload import (
     TextCalibration,
     calibration_from,
@@ -110,10 +114,6 @@ def execute(
     across its cells) and write ``run_dir``. A cell that fails is recorded with its reason and
     the run goes on; ``resume`` continues a run directory, skipping finished cells."""
     obs = observer or QuietObserver()
-    if scenario.load.workers != 1:
-        raise UsageError(
-            "load.workers: only 1 worker process is supported in this version; set workers: 1"
-        )
     base_url = base_url or scenario.target.base_url
     if base_url is None and scenario.serve is None:
         raise ScenarioError(
@@ -265,6 +265,11 @@ class _Run:
         self.obs.cell_finished(cell, self.entries[cell.index].get("metrics") or {})
         if status == "failed":
             self.obs.message(f"cell {cell.index + 1}/{self.n_cells} failed: {reason}")
+        if (health := self.entries[cell.index].get("client")) and health["client_bound"]:
+            self.obs.message(
+                f"warning: cell {cell.index + 1}/{self.n_cells} was client-bound ({'; '.join(health['reasons'])}): "
+                f"its TTFT / ITL include the client's own delay; {health['advice']}"
+            )
 
     def serve_group(
         self, todo: list[Cell], base_url: str | None, n: int, n_groups: int, *, single: bool
@@ -310,7 +315,10 @@ class _Run:
         clock_base = self.provenance.setdefault("clock_base_ns", time.perf_counter_ns())
         desc = describe_server(point, info)
         try:
-            async with StreamingClient(target, base_url, clock_base_ns=clock_base, api_key=api_key(target)) as client:
+            async with StreamingClient(
+                target, base_url, clock_base_ns=clock_base, api_key=api_key(target),
+                new_connection_per_request=point.load.new_connection_per_request,
+            ) as client:
                 model = await _resolve_model(client, base_url, target.model, self.provenance)
                 self.provenance["model"] = model
                 self.context = model_context(self.provenance.get("server_models"), model)
@@ -397,10 +405,13 @@ class _Run:
             await scraper.reset_peak()
             if gpu is not None:
                 gpu.start()
-            scraping = asyncio.create_task(scraper.run(probe("metrics")))
+            # the first scrape is taken before any request is sent: counters over the cell
+            # are last minus first, and a request that finished before it would go uncounted
+            await scraper.scrape_once(probe("metrics"))
+            scraping = asyncio.create_task(scraper.run(probe("metrics"), first_done=True))
             try:
-                await asyncio.sleep(0)
-                await _measure_window(client, self.scenario, cell, pool, emit, stop, self.obs, self.n_cells)
+                await _measure_window(client, self.scenario, cell, pool, emit, stop, self.obs, self.n_cells,
+                                      probe("client"))
             finally:
                 scraping.cancel()
                 await asyncio.gather(scraping, return_exceptions=True)
@@ -590,9 +601,7 @@ async def _warmup(
 ) -> None:
     point = cell.point
     assert point is not None
-    w, ld = point.workload, point.load
-    # open the connections the measured window needs, so TTFT holds no connection setup
-    await client.open_connections(min(cell.concurrency or w.num_prompts, w.num_prompts, 1024))
+    ld = point.load
     if ld.warmup_requests:
         warm = [replace(pool[i % len(pool)], warmup=True) for i in range(ld.warmup_requests)]
         conc = min(cell.concurrency or len(warm), len(warm))
@@ -646,11 +655,51 @@ async def _measure_window(
     stop: asyncio.Event,
     obs: Observer,
     n_cells: int,
+    health: Callable[[dict[str, Any]], None],
 ) -> None:
     point = cell.point or scenario
     w, ld = point.workload, point.load
     count = None if ld.duration_s else w.num_prompts
+    workers = resolve_workers(ld.workers)
+    if cell.concurrency is not None:
+        workers = min(workers, cell.concurrency)
+    if workers > 1:
+        jobs = worker_jobs(
+            workers=workers, target=client.target, base_url=client.base_url, api_key=client.api_key,
+            new_connection_per_request=client.new_connection_per_request, clock_base_ns=client.clock_base_ns,
+            pool=pool, count=count, concurrency=cell.concurrency, rate=cell.rate, arrival=ld.arrival,
+            burstiness=ld.burstiness, seed=scenario.seed, duration_s=ld.duration_s,
+        )
+        obs.cell_started(cell, count, n_cells)
+        with quiet_gc():
+            await run_workers(jobs, emit=emit, health=health, stop=stop, message=obs.message)
+        return
+    # the connections the window needs, opened (or topped up) right before it, so TTFT holds
+    # no connection setup and no idle keep-alive has expired in between
+    await client.open_connections(min(cell.concurrency or w.num_prompts, w.num_prompts))
     obs.cell_started(cell, count, n_cells)
     offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=scenario.seed)
     plan = LoadPlan(pool, offsets, count, cell.concurrency, ld.duration_s)
-    await run_load(client, plan, start_ns=time.perf_counter_ns(), emit=emit, stop=stop)
+    monitor = ClientMonitor(client.stats, health)
+    with quiet_gc():
+        monitor.start()
+        try:
+            await run_load(client, plan, start_ns=time.perf_counter_ns(), emit=emit, stop=stop)
+        finally:
+            monitor.stop()
+
+
+@contextmanager
+def quiet_gc() -> Iterator[None]:
+    """During a measured window: everything allocated before it is frozen out of the
+    collector's scans, and young collections run 100 times less often (a full collection
+    over a large heap stalls the loop for milliseconds, which lands in TTFT and ITL)."""
+    gc.collect()
+    gc.freeze()
+    before = gc.get_threshold()
+    gc.set_threshold(70_000, before[1], before[2])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()

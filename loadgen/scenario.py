@@ -148,7 +148,11 @@ class Load(_Model):
     abort_on_error_rate: float | None = Field(None, gt=0, le=1)
     # ... counted from this many finished requests on
     abort_min_requests: int = Field(20, ge=1)
+    # client processes sharing the schedule ("auto": one per core this process may run on)
     workers: int | Literal["auto"] = 1
+    # open a fresh connection for every request (TTFT then includes TCP/TLS setup); by default
+    # connections are opened before the measured window and kept alive
+    new_connection_per_request: bool = False
 
     @model_validator(mode="after")
     def _check_workers(self) -> Load:

@@ -1,0 +1,284 @@
+"""Client capacity and timing fidelity: how many concurrent streams one client core sustains.
+
+A calibrated server streams every request at TTFT 50 ms, ITL 10 ms, 256 tokens (100 tokens/s
+per stream) and records the true time each token left. For each concurrency C, loadgen runs
+C streams back to back (closed loop, ``--requests-per-stream`` each) through ``loadgen run``
+exactly as a user would, and the table compares:
+
+- achieved vs ideal output tokens/s (ideal = C x 256 / (TTFT + 255 x ITL));
+- reported vs true TTFT and ITL (p50, p99; error = reported - true, both from the same requests);
+- client CPU seconds per 1,000 tokens (the measured window's CPU time, from summary.json).
+
+The server: ``fastsim`` (benchmarks/fastsim.c, compiled with ``cc`` on first use; one thread,
+epoll, logs every token's true send time), because ``loadgen sim`` (Python) cannot itself hold
+its schedule at these rates: ``--server sim`` runs the same levels against it and prints how
+late its own chunks left. ``--base-url URL`` points the same runs at any OpenAI-compatible
+server (no truth then: reported figures and achieved tokens/s only).
+
+Server and client are pinned to separate cores when the machine has them (server on the
+first, client on the rest). ``--client httpx`` runs the same levels with a minimal client on
+httpx (the transport loadgen used before), the measurement that decided the transport.
+
+    python benchmarks/client_capacity.py [--levels 1,16,64,256,512,1024] [--json FILE]
+
+Prints figures; asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+
+from loadgen.launcher import free_port
+from loadgen.records import read_records
+
+HERE = Path(__file__).resolve().parent
+TTFT_MS, ITL_MS, OUTPUT = 50.0, 10.0, 256
+
+
+def cores() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def build_fastsim(work: Path) -> Path | None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    exe = work / "fastsim"
+    subprocess.run([cc, "-O2", "-o", str(exe), str(HERE / "fastsim.c")], check=True)
+    return exe
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{url}: not ready in 30 s")
+
+
+def start_server(kind: str, work: Path, core: int | None) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    if kind == "fastsim":
+        exe = build_fastsim(work)
+        if exe is None:
+            raise SystemExit("no C compiler (cc) to build benchmarks/fastsim.c; use --server sim")
+        argv = [str(exe), str(port), str(int(TTFT_MS * 1e3)), str(int(ITL_MS * 1e3))]
+    else:
+        argv = [sys.executable, "-m", "loadgen", "sim", "--port", str(port),
+                "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)]
+    pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin)
+    wait_ready(f"http://127.0.0.1:{port}/health", proc)
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def server_truth(kind: str, base_url: str, reset: bool = False) -> dict[str, Any] | None:
+    root = base_url.removesuffix("/v1")
+    if kind == "fastsim":
+        return dict(httpx.get(root + "/stats" + ("?reset=1" if reset else ""), trust_env=False).json())
+    if kind == "sim":
+        text = httpx.get(root + "/metrics", trust_env=False).text
+        values = dict(line.split() for line in text.splitlines() if line and line[0] != "#" and "{" not in line)
+        p = "loadgen_sim_chunk_lateness_seconds"
+        return {"chunks": float(values[f"{p}_count"]), "late_sum_s": float(values[f"{p}_sum"]),
+                "late_max_s": float(values[f"{p}_max"])}
+    return None
+
+
+def scenario_yaml(base_url: str, concurrency: int, per_stream: int, workers: int | str) -> str:
+    return orjson.dumps({
+        "name": f"capacity-c{concurrency}",
+        "target": {"base_url": base_url, "api": "completions", "model": "auto"},
+        "workload": {"num_prompts": concurrency * per_stream, "input_tokens": 64, "output_tokens": OUTPUT},
+        "load": {"concurrency": concurrency, "warmup_requests": 0, "workers": workers},
+    }).decode()
+
+
+def figures(records: list[Any]) -> dict[str, Any]:
+    """Reported TTFT / ITL percentiles (ms), output tokens and achieved tokens/s from records."""
+    ok = [r for r in records if r.ok and not r.warmup]
+    ttft = np.array([(r.first_token_at - r.sent_at) * 1e3 for r in ok])
+    gaps = np.concatenate([np.diff(np.asarray(r.chunk_offsets_s)) * 1e3 for r in ok]) if ok else np.array([])
+    tokens = sum(r.output_tokens for r in ok)
+    span = max(r.done_at for r in ok) - min(r.sent_at for r in ok) if ok else 0.0
+    return {
+        "requests": len(records), "failed": len(records) - len(ok), "tokens": tokens,
+        "tokens_per_s": tokens / span if span else 0.0,
+        "ttft_p50": float(np.percentile(ttft, 50)) if ok else None,
+        "ttft_p99": float(np.percentile(ttft, 99)) if ok else None,
+        "itl_p50": float(np.percentile(gaps, 50)) if gaps.size else None,
+        "itl_p99": float(np.percentile(gaps, 99)) if gaps.size else None,
+    }
+
+
+def run_loadgen(base_url: str, c: int, per_stream: int, workers: int | str, client_cores: list[int] | None,
+                work: Path) -> dict[str, Any]:
+    scen = work / f"c{c}.yaml"
+    scen.write_text(scenario_yaml(base_url, c, per_stream, workers))
+    out = work / f"run-c{c}"
+    pin = (lambda: os.sched_setaffinity(0, set(client_cores))) if client_cores else None
+    r = subprocess.run([sys.executable, "-m", "loadgen", "run", str(scen), "--out", str(out)],
+                       capture_output=True, text=True, preexec_fn=pin)
+    if r.returncode != 0:
+        raise SystemExit(f"loadgen run c={c} failed ({r.returncode}): {r.stderr[-2000:]}")
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    cell = summary["cells"][0]
+    fig = figures(list(read_records(out / "records.jsonl")))
+    fig["client"] = cell["client"]
+    fig["cpu_s"] = cell["client"]["cpu_s"]
+    return fig
+
+
+async def httpx_level(base_url: str, c: int, per_stream: int) -> tuple[list[Any], float]:
+    """The same closed loop on httpx: one AsyncClient (one connection) per stream, the body
+    read with ``aiter_raw`` and fed to loadgen's stream parser, as loadgen's client did."""
+    from loadgen.payload import PreparedRequest
+    from loadgen.stream import StreamState
+
+    body = orjson.dumps({"model": "loadgen-sim", "prompt": list(range(1, 65)), "max_tokens": OUTPUT,
+                         "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    req = PreparedRequest(0, body, 64, OUTPUT)
+    url = base_url + "/completions"
+    records: list[Any] = []
+    base = time.perf_counter_ns()
+    clients = [httpx.AsyncClient(trust_env=False, timeout=60) for _ in range(c)]
+    await asyncio.gather(*(h.get(base_url + "/models") for h in clients))
+
+    async def stream(http: httpx.AsyncClient) -> None:
+        for _ in range(per_stream):
+            st = StreamState()
+            st.sent_ns = time.perf_counter_ns()
+            async with http.stream("POST", url, content=body, headers={"content-type": "application/json"}) as resp:
+                st.status = resp.status_code
+                async for raw in resp.aiter_raw():
+                    st.feed(raw, time.perf_counter_ns())
+            outcome = st.end(time.perf_counter_ns())
+            records.append(st.record(req, len(records), st.sent_ns, base, *outcome))
+
+    cpu = time.process_time()
+    await asyncio.gather(*(stream(h) for h in clients))
+    cpu = time.process_time() - cpu
+    await asyncio.gather(*(h.aclose() for h in clients))
+    return records, cpu
+
+
+def run_httpx(base_url: str, c: int, per_stream: int) -> dict[str, Any]:
+    import uvloop
+
+    records, cpu = uvloop.run(httpx_level(base_url, c, per_stream))
+    fig = figures(records)
+    fig["cpu_s"] = cpu
+    fig["client"] = None
+    return fig
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", default="1,16,64,256,512,1024", help="concurrency levels, comma separated")
+    parser.add_argument("--requests-per-stream", type=int, default=3)
+    parser.add_argument("--server", choices=("fastsim", "sim"), default="fastsim")
+    parser.add_argument("--base-url", help="an external OpenAI-compatible server instead (no truth)")
+    parser.add_argument("--client", choices=("loadgen", "httpx"), default="loadgen")
+    parser.add_argument("--workers", default="1", help="load.workers for loadgen (N or auto)")
+    parser.add_argument("--json", type=Path, help="write the table and every figure as JSON here")
+    args = parser.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    workers: int | str = args.workers if args.workers == "auto" else int(args.workers)
+    have = cores()
+    server_core = have[0] if len(have) > 1 and not args.base_url else None
+    client_cores = [c for c in have if c != server_core] if server_core is not None else None
+    kind = "external" if args.base_url else args.server
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        proc = None
+        if args.base_url:
+            base_url = args.base_url.rstrip("/")
+        else:
+            proc, base_url = start_server(args.server, work, server_core)
+        try:
+            for c in levels:
+                before = server_truth(kind, base_url, reset=True)
+                if args.client == "httpx":
+                    fig = run_httpx(base_url, c, args.requests_per_stream)
+                else:
+                    fig = run_loadgen(base_url, c, args.requests_per_stream, workers, client_cores, work)
+                truth = server_truth(kind, base_url)
+                ideal = c * OUTPUT / ((TTFT_MS + (OUTPUT - 1) * ITL_MS) / 1e3)
+                row: dict[str, Any] = {"concurrency": c, "ideal_tokens_per_s": ideal, **fig,
+                                       "achieved_share": fig["tokens_per_s"] / ideal if not args.base_url else None,
+                                       "cpu_s_per_1k_tokens": fig["cpu_s"] / fig["tokens"] * 1e3 if fig["tokens"] else None}
+                if kind == "fastsim" and truth:
+                    row["true"] = truth
+                    for m in ("ttft", "itl"):
+                        for q in ("p50", "p99"):
+                            if fig[f"{m}_{q}"] is not None and truth[f"{m}_ms"].get("count"):
+                                row[f"{m}_{q}_error_ms"] = fig[f"{m}_{q}"] - truth[f"{m}_ms"][q]
+                elif kind == "sim" and truth and before:
+                    n = truth["chunks"] - before["chunks"]
+                    row["sim_late_mean_ms"] = (truth["late_sum_s"] - before["late_sum_s"]) / n * 1e3 if n else None
+                    row["sim_late_max_ms"] = truth["late_max_s"] * 1e3
+                    row["ttft_p99_error_ms"] = fig["ttft_p99"] - TTFT_MS if fig["ttft_p99"] else None
+                    row["itl_p99_error_ms"] = fig["itl_p99"] - ITL_MS if fig["itl_p99"] else None
+                rows.append(row)
+                print_row(row, kind, header=len(rows) == 1)
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait()
+    sustained = [r for r in rows if (r.get("achieved_share") or 0) >= 0.95]
+    best = max(sustained, key=lambda r: r["concurrency"]) if sustained else None
+    print()
+    print(f"server: {kind}, pinned to core {server_core}; client: {args.client}, workers {args.workers}, "
+          f"cores {client_cores}; TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {OUTPUT} tokens per request")
+    if best:
+        print(f"highest concurrency with >= 95% of ideal tokens/s: {best['concurrency']} "
+              f"({best['tokens_per_s']:,.0f} tokens/s)")
+    if args.json:
+        args.json.write_bytes(orjson.dumps({
+            "server": kind, "client": args.client, "workers": args.workers, "server_core": server_core,
+            "client_cores": client_cores, "ttft_ms": TTFT_MS, "itl_ms": ITL_MS, "output_tokens": OUTPUT,
+            "requests_per_stream": args.requests_per_stream, "rows": rows,
+            "highest_sustained": best["concurrency"] if best else None,
+        }, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+
+
+def _f(v: Any, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def print_row(r: dict[str, Any], kind: str, header: bool) -> None:
+    cols = ("C", "tokens/s", "ideal", "share", "TTFT p50", "TTFT p99", "TTFT p99 err", "ITL p50", "ITL p99",
+            "ITL p99 err", "CPU s/1k tok", "failed")
+    if header:
+        print(" | ".join(cols))
+        print(" | ".join("---" for _ in cols))
+    print(" | ".join([
+        str(r["concurrency"]), f"{r['tokens_per_s']:,.0f}", f"{r['ideal_tokens_per_s']:,.0f}",
+        _f(r["achieved_share"] and r["achieved_share"] * 100, ".1f") + "%",
+        _f(r["ttft_p50"], ".2f"), _f(r["ttft_p99"], ".2f"), _f(r.get("ttft_p99_error_ms"), "+.2f"),
+        _f(r["itl_p50"], ".2f"), _f(r["itl_p99"], ".2f"), _f(r.get("itl_p99_error_ms"), "+.2f"),
+        _f(r["cpu_s_per_1k_tokens"], ".3f"), str(r["failed"]),
+    ]), flush=True)
+
+
+if __name__ == "__main__":
+    main()
