@@ -223,9 +223,11 @@ def main() -> None:
                     fig = run_loadgen(base_url, c, args.requests_per_stream, workers, client_cores, work)
                 truth = server_truth(kind, base_url)
                 ideal = c * OUTPUT / ((TTFT_MS + (OUTPUT - 1) * ITL_MS) / 1e3)
-                row: dict[str, Any] = {"concurrency": c, "ideal_tokens_per_s": ideal, **fig,
-                                       "achieved_share": fig["tokens_per_s"] / ideal if not args.base_url else None,
-                                       "cpu_s_per_1k_tokens": fig["cpu_s"] / fig["tokens"] * 1e3 if fig["tokens"] else None}
+                row: dict[str, Any] = {
+                    "concurrency": c, "ideal_tokens_per_s": ideal, **fig,
+                    "achieved_share": fig["tokens_per_s"] / ideal if not args.base_url else None,
+                    "cpu_s_per_1k_tokens": fig["cpu_s"] / fig["tokens"] * 1e3 if fig["tokens"] else None,
+                }
                 if kind == "fastsim" and truth:
                     row["true"] = truth
                     for m in ("ttft", "itl"):

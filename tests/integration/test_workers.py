@@ -1,0 +1,124 @@
+"""load.workers: the schedule shared by worker processes, merged into one run directory."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+import yaml
+
+from loadgen.records import read_records
+from loadgen.rundir import rebuild_summary
+from loadgen.workers import resolve_workers
+from tests.conftest import StartSim
+
+
+def run(tmp_path: Path, name: str, body: dict[str, Any], env: dict[str, str] | None = None) -> tuple[Path, str]:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, **body}))
+    run_dir = tmp_path / name
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(run_dir)],
+                          capture_output=True, text=True, timeout=180, check=False, env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir, proc.stderr
+
+
+def scenario(base_url: str, workers: int | str, **load: Any) -> dict[str, Any]:
+    return {
+        "target": {"base_url": base_url, "api": "completions"},
+        "workload": {"num_prompts": 48, "input_tokens": 32, "output_tokens": 24},
+        "load": {"concurrency": 8, "warmup_requests": 2, "workers": workers, **load},
+    }
+
+
+def test_two_workers_give_the_records_and_aggregates_of_one(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=30, itl_ms=5)
+    one, _ = run(tmp_path, "one", scenario(base_url, 1))
+    two, _ = run(tmp_path, "two", scenario(base_url, 2))
+    s1 = orjson.loads((one / "summary.json").read_bytes())["cells"][0]
+    s2 = orjson.loads((two / "summary.json").read_bytes())["cells"][0]
+    r1 = [r for r in read_records(one / "records.jsonl") if not r.warmup]
+    r2 = [r for r in read_records(two / "records.jsonl") if not r.warmup]
+    # the same requests: every id once, the same lengths and token counts, all successful
+    assert len(r1) == len(r2) == 48
+    assert sorted(r.request_id for r in r2) == list(range(48))
+    assert sorted((r.request_id, r.input_tokens, r.output_tokens, r.prompt_tokens) for r in r1) == \
+        sorted((r.request_id, r.input_tokens, r.output_tokens, r.prompt_tokens) for r in r2)
+    # shared round-robin: worker k sent the ids congruent to k, with 4 streams each
+    assert collections.Counter(r.worker for r in r2) == {0: 24, 1: 24}
+    assert all(r.request_id % 2 == r.worker for r in r2)
+    assert {r.worker for r in r1} == {0}
+    m1, m2 = s1["metrics"], s2["metrics"]
+    for key in ("requests", "completed", "failed", "failures_by_class", "prompt_tokens_total", "output_tokens_total",
+                "prompt_tokens_mismatched", "chunk_token_discrepancy", "token_count_source"):
+        assert m1[key] == m2[key], key
+    # one clock: every record of both workers lies inside the run's window, TTFT and ITL the
+    # simulator's truth in both runs
+    for m in (m1, m2):
+        assert abs(m["ttft_s"]["p50"] - 0.030) < 0.004
+        assert abs(m["itl_s"]["p50"] - 0.005) < 0.001
+    assert s2["client"]["workers"] == 2
+    assert s1["client"]["workers"] == 1
+    # the merged directory re-derives its own summary
+    assert rebuild_summary(two) == orjson.loads((two / "summary.json").read_bytes())
+
+
+def test_workers_keep_each_request_on_the_one_schedule(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=10, itl_ms=2)
+    body = scenario(base_url, 2, rate=40, arrival="constant", concurrency="unlimited")
+    body["workload"]["num_prompts"] = 40
+    run_dir, _ = run(tmp_path, "rate", body)
+    records = sorted((r for r in read_records(run_dir / "records.jsonl") if not r.warmup), key=lambda r: r.request_id)
+    assert len(records) == 40
+    start = records[0].scheduled_at
+    # request i at i / 40 s after the window's start, whichever process sent it
+    assert all(abs(r.scheduled_at - start - r.request_id / 40) < 1e-6 for r in records)
+    assert {r.worker for r in records} == {0, 1}
+    # send lag is measured on a rate-driven cell
+    client = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]["client"]
+    assert client["send_lag_ms"] is not None
+    assert client["send_lag_ms"]["p50"] >= 0
+
+
+def test_auto_is_one_worker_per_usable_core() -> None:
+    assert resolve_workers("auto") == len(os.sched_getaffinity(0))
+    assert resolve_workers(3) == 3
+
+
+def test_sigterm_stops_every_worker_and_keeps_the_records(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=20, itl_ms=10)
+    body = scenario(base_url, 2, duration_s=60)
+    body["workload"]["output_tokens"] = 200
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump({"name": "long", **body}))
+    run_dir = tmp_path / "long"
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(run_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    records = run_dir / "records.jsonl"
+    while time.monotonic() < deadline:  # until the window has finished requests from both workers
+        done = [r for r in read_records(records) if not r.warmup] if records.exists() else []
+        if {r.worker for r in done} == {0, 1}:
+            break
+        time.sleep(0.2)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 2
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err
+    psutil.wait_procs(children, timeout=10)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    measured = [r for r in read_records(records) if not r.warmup]
+    cancelled = [r for r in measured if r.error == "cancelled"]
+    # the 8 streams in flight at the stop are recorded as cancelled, by both workers
+    assert len(cancelled) == 8
+    assert {r.worker for r in cancelled} == {0, 1}
+    assert all(r.ok for r in measured if r.error != "cancelled")
