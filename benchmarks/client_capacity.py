@@ -218,6 +218,8 @@ def main() -> None:
             for c in levels:
                 before = server_truth(kind, base_url, reset=True)
                 if args.client == "httpx":
+                    if client_cores:  # this process is the client
+                        os.sched_setaffinity(0, set(client_cores))
                     fig = run_httpx(base_url, c, args.requests_per_stream)
                 else:
                     fig = run_loadgen(base_url, c, args.requests_per_stream, workers, client_cores, work)
