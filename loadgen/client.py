@@ -55,13 +55,13 @@ class ClientStats:
 class _Exchange:
     """One request on a connection: what the protocol callbacks fill in, and its end."""
 
-    __slots__ = ("st", "done", "body", "error_body", "last_ns")
+    __slots__ = ("st", "done", "body", "collect", "last_ns")
 
-    def __init__(self, st: StreamState, done: asyncio.Future[Outcome]) -> None:
+    def __init__(self, st: StreamState, done: asyncio.Future[Outcome], collect: bool = False) -> None:
         self.st = st
         self.done = done
-        self.body: list[bytes] | None = None  # collected when the status is >= 400
-        self.error_body = False
+        self.body: list[bytes] | None = None  # collected when the status is >= 400, or always
+        self.collect = collect  # a plain (non-stream) exchange: the body is read whole
         self.last_ns = 0
 
 
@@ -130,7 +130,7 @@ class _Connection(asyncio.Protocol):
             return
         status = self._parser.get_status_code()
         ex.st.status = status
-        if status >= 400:
+        if status >= 400 or ex.collect:
             ex.body = []
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -156,8 +156,10 @@ class _Connection(asyncio.Protocol):
         self.reusable = self._parser.should_keep_alive()
         if ex is None or ex.done.done():
             return
-        if ex.body is not None:
+        if ex.body is not None and (ex.st.status or 0) >= 400:
             ex.done.set_result(("http_status", error_snippet(b"".join(ex.body))))
+        elif ex.body is not None:
+            ex.done.set_result((None, None))
         else:
             self._finish(ex.st.end(self._t))
 
@@ -235,6 +237,7 @@ class StreamingClient:
         self._ssl: ssl.SSLContext | None = None
         self._url = url + ENDPOINTS[target.api]
         self._models_url = url + "/models"
+        self._models_path = (parts.path or "") + "/models"
         self._headers = auth_headers(target, api_key)
         self._path = (parts.path or "") + ENDPOINTS[target.api]
         host_header = parts.netloc.rsplit("@", 1)[-1]
@@ -325,11 +328,25 @@ class StreamingClient:
         if missing <= 0:
             return
 
+        loop = asyncio.get_running_loop()
+        get = (f"GET {self._models_path} HTTP/1.1\r\n".encode() + self._head.split(b"\r\n", 1)[1]
+               .removesuffix(b"Content-Length: ").replace(b"Accept: text/event-stream", b"Accept: */*") + b"\r\n")
+
         async def one() -> None:
+            # connect, then one GET /models round trip: the server has accepted the connection
+            # and set it up before the window, not during the first measured request
             try:
-                self._free.append(await self._connect())
+                conn = await self._connect()
             except (OSError, TimeoutError):
-                pass  # the measured requests will record what is wrong
+                return  # the measured requests will record what is wrong
+            ex = _Exchange(StreamState(), loop.create_future(), collect=True)
+            conn.begin(ex, get)
+            try:
+                async with asyncio.timeout(self._between_s):
+                    await ex.done
+            except TimeoutError:
+                conn.abort()
+            self._put_back(conn)
 
         await asyncio.gather(*(one() for _ in range(missing)))
 

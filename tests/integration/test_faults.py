@@ -112,7 +112,11 @@ def test_a_crashed_server_leaves_every_request_accounted_for(start_sim: StartSim
     classes = metrics["failures_by_class"]
     # the in-flight streams broke, everything after found the port closed
     assert set(classes) <= {"stream_cut", "reset", "connect"}
-    assert classes["connect"] >= PROMPTS - 10 - 4
+    # (a request that reaches the listener while the process is exiting is accepted by the
+    # kernel and then reset, so some of the later ones are resets rather than refusals)
+    assert classes["connect"] + classes.get("reset", 0) >= PROMPTS - 10 - 4
+    assert classes.get("stream_cut", 0) <= 4
+    assert metrics["completed"] <= 9
     assert metrics["completed"] + sum(classes.values()) == PROMPTS
     assert all(r.error is not None for r in records if (r.sent_at or 0) > max(
         (x.sent_at or 0) for x in records if x.ok) + 1)
