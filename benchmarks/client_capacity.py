@@ -41,8 +41,8 @@ import httpx
 import numpy as np
 import orjson
 
-from loadgen.launcher import free_port
-from loadgen.records import read_records
+from loadgen.results.records import read_records
+from loadgen.servers.launch import free_port
 
 HERE = Path(__file__).resolve().parent
 TTFT_MS, ITL_MS, OUTPUT = 50.0, 10.0, 256
@@ -150,8 +150,8 @@ def run_loadgen(base_url: str, c: int, per_stream: int, workers: int | str, clie
 async def httpx_level(base_url: str, c: int, per_stream: int) -> tuple[list[Any], float]:
     """The same closed loop on httpx: one AsyncClient (one connection) per stream, the body
     read with ``aiter_raw`` and fed to loadgen's stream parser, as loadgen's client did."""
-    from loadgen.payload import PreparedRequest
-    from loadgen.stream import StreamState
+    from loadgen.load.stream import StreamState
+    from loadgen.workload.payload import PreparedRequest
 
     body = orjson.dumps({"model": "loadgen-sim", "prompt": list(range(1, 65)), "max_tokens": OUTPUT,
                          "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})

@@ -25,10 +25,11 @@ from typing import Any
 import httpx
 import orjson
 
-from loadgen.launcher import LaunchedServer, sim_spec
-from loadgen.records import read_records
-from loadgen.runner import execute
-from loadgen.scenario import Serve, SimOptions, parse_scenario
+from loadgen.load.run import execute
+from loadgen.results.records import read_records
+from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.schema import Serve, SimOptions
+from loadgen.servers.launch import LaunchedServer, sim_spec
 
 TTFT_S, ITL_S = 0.050, 0.010
 CASES = [  # concurrency, prompts, output tokens

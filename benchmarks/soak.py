@@ -21,9 +21,9 @@ from pathlib import Path
 import psutil
 import yaml
 
-from loadgen.launcher import LaunchedServer, sim_spec
-from loadgen.records import read_records
-from loadgen.scenario import Serve, SimOptions
+from loadgen.results.records import read_records
+from loadgen.scenario.schema import Serve, SimOptions
+from loadgen.servers.launch import LaunchedServer, sim_spec
 
 
 def soak(duration_s: float, rate: float, interval_s: float, workdir: Path) -> dict[str, object]:

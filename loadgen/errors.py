@@ -10,7 +10,7 @@
     └── AbortedError              exit 4: an abort rule ended the run early
 
 During a load run, HTTP and network failures are never exceptions: they are stored on the
-request's record with a failure class (see ``loadgen.records.FailureClass``).
+request's record with a failure class (see ``loadgen.results.records.FailureClass``).
 """
 
 from __future__ import annotations

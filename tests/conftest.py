@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.launcher import LaunchedServer, sim_spec
-from loadgen.scenario import Serve, SimOptions
+from loadgen.scenario.schema import Serve, SimOptions
+from loadgen.servers.launch import LaunchedServer, sim_spec
 
 StartSim = Callable[..., str]
 

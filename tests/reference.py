@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.tables import ParsedGrid, grid_tables, parse_grid
+from loadgen.report.tables import ParsedGrid, grid_tables, parse_grid
 
 
 def reference_dir() -> Path:

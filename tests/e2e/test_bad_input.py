@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.launcher import free_port
-from loadgen.tiny import ensure_tiny
+from loadgen.servers.launch import free_port
+from loadgen.servers.tiny import ensure_tiny
 from tests.conftest import StartSim
 
 ROOT = Path(__file__).parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadgen.launcher import free_port
-from loadgen.records import read_records
+from loadgen.results.records import read_records
+from loadgen.servers.launch import free_port
 from tests.conftest import StartSim
 
 ROOT = Path(__file__).parents[2]

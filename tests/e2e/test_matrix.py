@@ -9,8 +9,8 @@ from pathlib import Path
 
 import orjson
 
-from loadgen.records import read_records
-from loadgen.tables import parse_grid
+from loadgen.report.tables import parse_grid
+from loadgen.results.records import read_records
 from tests.e2e.test_engines import engine_gone, loadgen, popen, scenario, vllm_cpu  # noqa: F401 - fixture
 
 GRID = """

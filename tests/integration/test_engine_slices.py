@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from loadgen.client import PreparedRequest, StreamingClient
-from loadgen.engine import LoadPlan, run_load
-from loadgen.payload import Prompt, build_payload, encode_payload
-from loadgen.records import RequestRecord
-from loadgen.scenario import Sampling, Target
-from loadgen.schedule import iter_offsets, partition
+from loadgen.load.client import PreparedRequest, StreamingClient
+from loadgen.load.dispatch import LoadPlan, run_load
+from loadgen.load.schedule import iter_offsets, partition
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.schema import Sampling, Target
+from loadgen.workload.payload import Prompt, build_payload, encode_payload
 from tests.conftest import StartSim
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from loadgen.records import read_records
-from loadgen.runner import execute
-from loadgen.scenario import parse_scenario
+from loadgen.load.run import execute
+from loadgen.results.records import read_records
+from loadgen.scenario.loader import parse_scenario
 from tests.conftest import StartSim
 
 PROMPTS, OUTPUT, HALF = 40, 16, 8
@@ -142,7 +142,7 @@ def test_abort_rule_ends_the_run_with_exit_4(start_sim: StartSim, tmp_path: Path
     import orjson
     import yaml
 
-    from loadgen.rundir import rebuild_summary
+    from loadgen.results.rundir import rebuild_summary
 
     base_url = start_sim(ttft_ms=20, itl_ms=5, faults={"http_503": 0.7}, fault_seed=3)
     path = tmp_path / "s.yaml"

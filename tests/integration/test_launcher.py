@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import LaunchError
-from loadgen.launcher import LaunchedServer, LaunchSpec, free_port
+from loadgen.servers.launch import LaunchedServer, LaunchSpec, free_port
 from tests.conftest import live_group_members
 
 

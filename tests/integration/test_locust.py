@@ -16,9 +16,9 @@ import orjson
 import pytest
 import yaml
 
-from loadgen.launcher import free_port
-from loadgen.records import read_records
-from loadgen.rundir import SUMMARY, rebuild_summary
+from loadgen.results.records import read_records
+from loadgen.results.rundir import SUMMARY, rebuild_summary
+from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
 
 TTFT_MS, ITL_MS = 50.0, 10.0

@@ -7,9 +7,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadgen.records import read_records
-from loadgen.runner import execute
-from loadgen.scenario import parse_scenario
+from loadgen.load.run import execute
+from loadgen.results.records import read_records
+from loadgen.scenario.loader import parse_scenario
 from tests.conftest import StartSim
 
 TTFT_S, ITL_S = 0.050, 0.010

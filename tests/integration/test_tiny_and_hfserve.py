@@ -11,10 +11,11 @@ import httpx
 import orjson
 import pytest
 
-from loadgen.backends import build_spec, launch_spec
-from loadgen.launcher import LaunchedServer, free_port
-from loadgen.tiny import HEADS, HIDDEN, VOCAB_SIZE, ensure_tiny, write_tiny
-from loadgen.workload import WORDS
+from loadgen.servers.commands import launch_spec
+from loadgen.servers.launch import LaunchedServer, free_port
+from loadgen.servers.spec import build_spec
+from loadgen.servers.tiny import HEADS, HIDDEN, VOCAB_SIZE, ensure_tiny, write_tiny
+from loadgen.workload.words import WORDS
 
 
 def test_tiny_loads_in_auto_classes_and_is_deterministic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

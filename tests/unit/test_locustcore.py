@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import ScenarioError, UsageError
-from loadgen.locustcli import LOCUSTFILE, SHAPEFILE, locust_command
-from loadgen.locustcore import LiveStats, StepClock, locust_scenario, plan_for, rebase, rows_csv
-from loadgen.matrix import expand_cells
-from loadgen.records import RequestRecord
-from loadgen.scenario import parse_scenario
-from loadgen.stream import StreamState
+from loadgen.load.stream import StreamState
+from loadgen.locust.cli import LOCUSTFILE, SHAPEFILE, locust_command
+from loadgen.locust.plan import StepClock, locust_scenario, plan_for, rebase
+from loadgen.locust.stats import LiveStats, rows_csv
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.matrix import expand_cells
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 

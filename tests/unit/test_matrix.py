@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from loadgen.errors import ScenarioError
-from loadgen.matrix import expand_cells
-from loadgen.runner import group_cells
-from loadgen.scenario import parse_scenario
+from loadgen.load.serving import group_cells
+from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.matrix import expand_cells
 
 
 def test_axes_expand_in_file_order_with_exclude_and_overrides() -> None:

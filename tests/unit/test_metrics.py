@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from loadgen.metrics import distribution, itl_values, summarize, tpot
-from loadgen.records import RequestRecord
-from loadgen.scenario import Slo
+from loadgen.results.metrics import distribution, itl_values, summarize, tpot
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.schema import Slo
 
 
 def rec(i: int, sent: float, offsets: tuple[float, ...], tokens: tuple[int, ...], done: float, **kw: object) -> RequestRecord:

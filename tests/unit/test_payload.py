@@ -3,9 +3,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.payload import MalformedChunk, Prompt, build_payload, parse_chunk
-from loadgen.scenario import Sampling, Workload
-from loadgen.workload import TextCalibration, build_prompts
+from loadgen.load.sse import MalformedChunk, parse_chunk
+from loadgen.scenario.schema import Sampling, Workload
+from loadgen.workload.payload import Prompt, build_payload
+from loadgen.workload.prompts import TextCalibration, build_prompts
 
 
 def test_completions_payload_forces_output_length_and_asks_for_usage() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from loadgen.probes import histogram_quantile, parse_metrics, summarize_gpu, summarize_server_metrics
+from loadgen.results.probes import histogram_quantile, parse_metrics, summarize_gpu, summarize_server_metrics
 
 PAGE = """# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{{model_name="m"}} {running}

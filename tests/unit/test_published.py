@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.published import (
+from loadgen.report.layouts import (
     CompareRow,
     SpeedRow,
     ThroughputRow,
@@ -13,7 +13,7 @@ from loadgen.published import (
     single_stream_table,
     throughput_table,
 )
-from loadgen.tables import Table, grid_tables, parse_grid, render_md, render_rst
+from loadgen.report.tables import Table, grid_tables, parse_grid, render_md, render_rst
 from tests.reference import document, speed_tables
 
 

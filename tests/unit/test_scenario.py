@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import ScenarioError
-from loadgen.matrix import expand_cells
-from loadgen.scenario import load_scenario, parse_scenario
+from loadgen.scenario.loader import load_scenario, parse_scenario
+from loadgen.scenario.matrix import expand_cells
 
 SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.schedule import build_schedule, partition
+from loadgen.load.schedule import build_schedule, partition
 
 
 def test_constant_rate_offsets_are_exact() -> None:
@@ -39,7 +39,7 @@ def test_partition_round_robin_with_concurrency_shares() -> None:
 def test_constant_offsets_are_exact_multiples_of_the_gap() -> None:
     import itertools
 
-    from loadgen.schedule import iter_offsets
+    from loadgen.load.schedule import iter_offsets
 
     offsets = list(itertools.islice(iter_offsets(10, arrival="constant"), 11))
     # the eleventh request is due exactly at 1 s, so a 1 s window excludes it

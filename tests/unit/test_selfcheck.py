@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loadgen.records import RequestRecord
-from loadgen.selfcheck import summarize_client
+from loadgen.results.client import summarize_client
+from loadgen.results.records import RequestRecord
 
 
 def sample(worker: int, cpu: float, wall: float, lags: list[float], reads: int = 10, read_ms: float = 1.0) -> dict:

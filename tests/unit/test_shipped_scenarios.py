@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.matrix import expand_cells
-from loadgen.published import QUANT_LABELS, model_label
-from loadgen.runner import engine_spec, spec_summary
-from loadgen.scenario import load_scenario
-from loadgen.tables import grid_tables, parse_grid
+from loadgen.load.serving import engine_spec, spec_summary
+from loadgen.report.layouts import QUANT_LABELS, model_label
+from loadgen.report.tables import grid_tables, parse_grid
+from loadgen.scenario.loader import load_scenario
+from loadgen.scenario.matrix import expand_cells
 from tests.reference import document, speed_tables
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"

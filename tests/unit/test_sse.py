@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadgen.sse import SSEParser
+from loadgen.load.sse import SSEParser
 
 STREAM = (
     'data: {"choices":[{"text":"h\u00e9llo \u4e16\u754c \U0001f600"}]}\n\n'

@@ -1,0 +1,145 @@
+"""One cell against a target: calibration probes, warmup (a preflight: a server that cannot
+serve the scenario is told apart from a busy one), then the measured window, in this process
+or spread over worker processes, with the garbage collector kept quiet and the client's own
+health sampled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from loadgen.errors import TargetError
+from loadgen.load.client import StreamingClient
+from loadgen.load.dispatch import LoadPlan, run_load
+from loadgen.load.schedule import iter_offsets
+from loadgen.load.selfcheck import ClientMonitor
+from loadgen.load.target import unusable
+from loadgen.load.workers import resolve_workers, run_workers, worker_jobs
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.matrix import Cell
+from loadgen.scenario.schema import Scenario
+from loadgen.workload.payload import PreparedRequest
+from loadgen.workload.prompts import TextCalibration, calibration_from, calibration_probes
+
+
+class AbortRule:
+    """``load.abort_on_error_rate``: stops the run once that share of a cell's finished
+    measured requests failed (cancelled ones aside), counted from ``abort_min_requests`` on."""
+
+    def __init__(self, point: Scenario, stop: asyncio.Event) -> None:
+        self.rate = point.load.abort_on_error_rate
+        self.min = point.load.abort_min_requests
+        self.stop = stop
+        self.finished = 0
+        self.failed = 0
+        self.reason: str | None = None
+
+    def add(self, r: RequestRecord) -> None:
+        if self.rate is None or r.warmup or r.error == "cancelled" or self.reason is not None:
+            return
+        self.finished += 1
+        self.failed += not r.ok
+        if self.finished >= self.min and self.failed / self.finished >= self.rate:
+            self.reason = (
+                f"{self.failed} of {self.finished} requests failed ({self.failed / self.finished:.0%} >= "
+                f"load.abort_on_error_rate {self.rate:.0%})"
+            )
+            self.stop.set()
+
+
+async def calibrate(client: StreamingClient, scenario: Scenario, model: str) -> TextCalibration:
+    """Two probes (16 and 48 words) give the template overhead and tokens per word."""
+    seen: list[RequestRecord] = []
+    points = []
+    for words, body in calibration_probes(scenario, model):
+        req = PreparedRequest(-1, body, None, 1, warmup=True)
+        await client.send(req, -1, time.perf_counter_ns(), seen.append)
+        points.append((words, seen[-1].prompt_tokens))
+    return calibration_from(points)
+
+
+async def warmup(
+    client: StreamingClient, cell: Cell, pool: list[PreparedRequest],
+    emit: Callable[[RequestRecord], None], stop: asyncio.Event,
+) -> None:
+    point = cell.point
+    assert point is not None
+    ld = point.load
+    if ld.warmup_requests:
+        warm = [replace(pool[i % len(pool)], warmup=True) for i in range(ld.warmup_requests)]
+        conc = min(cell.concurrency or len(warm), len(warm))
+        plan = LoadPlan(warm, iter_offsets(None), len(warm), conc)
+        seen: list[RequestRecord] = []
+
+        def keep(r: RequestRecord) -> None:
+            seen.append(r)
+            emit(r)
+
+        await run_load(client, plan, start_ns=time.perf_counter_ns(), emit=keep, stop=stop)
+        if (why := unusable(seen, point.target.api)) is not None:
+            raise TargetError(why)
+
+
+async def measure_window(
+    client: StreamingClient,
+    scenario: Scenario,
+    cell: Cell,
+    pool: list[PreparedRequest],
+    emit: Callable[[RequestRecord], None],
+    stop: asyncio.Event,
+    started: Callable[[int | None], None],
+    message: Callable[[str], None],
+    health: Callable[[dict[str, Any]], None],
+) -> None:
+    point = cell.point or scenario
+    w, ld = point.workload, point.load
+    count = None if ld.duration_s else w.num_prompts
+    workers = resolve_workers(ld.workers)
+    if cell.concurrency is not None:
+        workers = min(workers, cell.concurrency)
+    if workers > 1:
+        jobs = worker_jobs(
+            workers=workers, target=client.target, base_url=client.base_url, api_key=client.api_key,
+            new_connection_per_request=client.new_connection_per_request, clock_base_ns=client.clock_base_ns,
+            pool=pool, count=count, concurrency=cell.concurrency, rate=cell.rate, arrival=ld.arrival,
+            burstiness=ld.burstiness, seed=scenario.seed, duration_s=ld.duration_s,
+        )
+        started(count)
+        with quiet_gc():
+            await run_workers(jobs, emit=emit, health=health, stop=stop, message=message)
+        return
+    # the connections the window needs, opened (or topped up) right before it, so TTFT holds
+    # no connection setup and no idle keep-alive has expired in between
+    await client.open_connections(min(cell.concurrency or w.num_prompts, w.num_prompts))
+    started(count)
+    offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=scenario.seed)
+    plan = LoadPlan(pool, offsets, count, cell.concurrency, ld.duration_s)
+    monitor = ClientMonitor(client.stats, health)
+    with quiet_gc():
+        monitor.start()
+        try:
+            await run_load(client, plan, start_ns=time.perf_counter_ns(), emit=emit, stop=stop)
+        finally:
+            monitor.stop()
+
+
+@contextmanager
+def quiet_gc() -> Iterator[None]:
+    """During a measured window: everything allocated before it is frozen out of the
+    collector's scans, and young collections run 100 times less often (a full collection
+    over a large heap stalls the loop for milliseconds, which lands in TTFT and ITL)."""
+    gc.collect()
+    gc.freeze()
+    before = gc.get_threshold()
+    gc.set_threshold(70_000, before[1], before[2])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()

@@ -1,0 +1,118 @@
+"""The load engine: sends a schedule of requests at absolute offsets under a concurrency cap.
+
+One dispatcher walks the schedule in order: it sleeps until a request's absolute start time,
+waits for a free concurrency slot, then starts the request as a task. ``scheduled_at`` is the
+schedule's time and ``sent_at`` the actual one, so send lag is visible on every record.
+A stop event (Ctrl-C, SIGTERM) ends dispatching and cancels what is in flight; each
+cancelled request is still recorded. The engine works on any slice of the schedule
+(``indices``), so worker processes can each run a share and their records be merged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from loadgen.load.client import PreparedRequest, StreamingClient
+from loadgen.results.records import RequestRecord
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    """What to send: ``pool[i % len(pool)]`` for request i, at ``start + offsets[i]``."""
+
+    pool: Sequence[PreparedRequest]
+    offsets: Iterable[float]
+    count: int | None
+    concurrency: int | None
+    duration_s: float | None = None
+
+
+async def _wait(stop: asyncio.Event, delay: float) -> bool:
+    """Sleep ``delay`` seconds unless stopped first; True when stopped."""
+    if delay <= 0:
+        return stop.is_set()
+    if stop.is_set():
+        return True
+    try:
+        async with asyncio.timeout(delay):
+            await stop.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+async def run_load(
+    client: StreamingClient,
+    plan: LoadPlan,
+    *,
+    start_ns: int,
+    emit: Callable[[RequestRecord], None],
+    stop: asyncio.Event,
+    indices: Iterator[int] | None = None,
+) -> int:
+    """Send the plan's requests (all, or those in ``indices``); returns how many were sent."""
+    sem = asyncio.Semaphore(plan.concurrency) if plan.concurrency else None
+    tasks: set[asyncio.Task[None]] = set()
+    end_ns = start_ns + int(plan.duration_s * 1e9) if plan.duration_s else None
+    offsets = iter(plan.offsets)
+    wanted = indices
+    next_wanted = next(wanted, None) if wanted is not None else None
+    pool = plan.pool
+    sent = 0
+    stop_wait = asyncio.ensure_future(stop.wait())
+
+    def release(task: asyncio.Task[None]) -> None:
+        tasks.discard(task)
+        if sem is not None:
+            sem.release()
+
+    try:
+        i = -1
+        while plan.count is None or i + 1 < plan.count:
+            i += 1
+            offset = next(offsets)
+            if wanted is not None:
+                if next_wanted is None:
+                    break
+                if i != next_wanted:
+                    continue
+                next_wanted = next(wanted, None)
+            scheduled_ns = start_ns + int(offset * 1e9)
+            if end_ns is not None and scheduled_ns >= end_ns:
+                break
+            if await _wait(stop, (scheduled_ns - time.perf_counter_ns()) / 1e9):
+                break
+            if sem is not None and sem.locked():
+                acquire = asyncio.ensure_future(sem.acquire())
+                await asyncio.wait({acquire, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                if not acquire.done():
+                    acquire.cancel()
+                    break
+                if stop.is_set():
+                    sem.release()
+                    break
+            elif sem is not None:
+                await sem.acquire()
+            if end_ns is not None and time.perf_counter_ns() >= end_ns:
+                if sem is not None:
+                    sem.release()
+                break
+            task = asyncio.create_task(client.send(pool[i % len(pool)], i, scheduled_ns, emit))
+            task.add_done_callback(release)
+            tasks.add(task)
+            sent += 1
+        if tasks:
+            pending = asyncio.ensure_future(asyncio.wait(set(tasks)))
+            await asyncio.wait({pending, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if not pending.done():
+                pending.cancel()
+    finally:
+        stop_wait.cancel()
+        for task in list(tasks):
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+    return sent

@@ -1,0 +1,130 @@
+"""Taking probe samples while a cell runs: GPU memory of the engine's process tree (NVML,
+in a thread) and the server's ``/metrics`` (scraped on the event loop). Their summaries are
+in ``loadgen.results.probes``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import psutil
+
+from loadgen.results.probes import parse_metrics
+from loadgen.servers.gpus import nvml
+
+
+def process_tree(pid: int) -> set[int]:
+    try:
+        root = psutil.Process(pid)
+        return {pid, *(p.pid for p in root.children(recursive=True))}
+    except psutil.Error:
+        return {pid}
+
+
+def gpu_sample(pids: set[int]) -> dict[str, Any] | None:
+    """Memory held by ``pids`` on each GPU and each GPU's used memory, in bytes; None without NVML."""
+    with nvml() as nv:
+        if nv is None:
+            return None
+        held: dict[str, int] = {}
+        used: dict[str, int] = {}
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            used[str(i)] = int(nv.nvmlDeviceGetMemoryInfo(h).used)
+            try:
+                procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+            except nv.NVMLError:
+                procs = []
+            mine = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid in pids)
+            if mine:
+                held[str(i)] = mine
+        return {"held": held, "used": used}
+
+
+class GpuSampler:
+    """A thread sampling GPU memory of a process tree every ``interval_s`` while a cell runs."""
+
+    def __init__(self, pid: int, emit: Callable[[dict[str, Any]], None], interval_s: float = 0.2) -> None:
+        self.pid, self.emit, self.interval_s = pid, emit, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        pids = process_tree(self.pid)
+        n = 0
+        while True:
+            if n % 25 == 0:  # engines spawn workers after start; refresh the tree now and then
+                pids = process_tree(self.pid)
+            sample = gpu_sample(pids)
+            if sample is None:
+                return
+            self.emit(sample)
+            n += 1
+            if self._stop.wait(self.interval_s):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class MetricsScraper:
+    """Scrapes a server's ``/metrics`` (beside ``base_url``'s ``/v1``); a server without one
+    (404, not Prometheus text) is scraped once and then left alone."""
+
+    def __init__(self, base_url: str, interval_s: float = 1.0) -> None:
+        root = base_url.rstrip("/").removesuffix("/v1")
+        self.url = root + "/metrics"
+        self.reset_url = root + "/reset_peak_memory"
+        self.interval_s = interval_s
+        self.enabled = True
+        self.has_peak: bool | None = None
+        self._http = httpx.AsyncClient(timeout=5.0, trust_env=False)
+
+    async def __aenter__(self) -> MetricsScraper:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._http.aclose()
+
+    async def scrape(self) -> dict[str, Any] | None:
+        if not self.enabled:
+            return None
+        try:
+            resp = await self._http.get(self.url)
+            values = parse_metrics(resp.text) if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            values = None
+        if values is None or not any(values.values()):
+            self.enabled = False
+            return None
+        self.has_peak = "engine_peak_allocated_bytes" in values["gauges"]
+        return values
+
+    async def scrape_once(self, emit: Callable[[dict[str, Any]], None]) -> None:
+        if (values := await self.scrape()) is not None:
+            emit(values)
+
+    async def run(self, emit: Callable[[dict[str, Any]], None], *, first_done: bool = False) -> None:
+        """Scrape every ``interval_s``; ``first_done``: the caller already took the first scrape."""
+        while self.enabled:
+            if first_done:
+                first_done = False
+            else:
+                await self.scrape_once(emit)
+            await asyncio.sleep(self.interval_s)
+
+    async def reset_peak(self) -> None:
+        """Start a new peak-memory window on an engine that reports one (loadgen's transformers engine)."""
+        if self.has_peak is None:
+            await self.scrape()
+        if self.has_peak:
+            with contextlib.suppress(httpx.HTTPError):
+                await self._http.post(self.reset_url)

@@ -1,0 +1,398 @@
+"""``execute``: a scenario end to end, from server to run directory.
+
+scenario -> cells -> (server launched or given) -> per cell: prompts, warmup, schedule,
+engine -> records.jsonl (as each request ends) -> summary.json (after every cell).
+Progress goes to an ``Observer``; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import orjson
+
+from loadgen.errors import LaunchError, ScenarioError, TargetError, UsageError
+from loadgen.load.cell import AbortRule, calibrate, measure_window, warmup
+from loadgen.load.client import StreamingClient
+from loadgen.load.probes import GpuSampler, MetricsScraper
+from loadgen.load.serving import cell_outcome, describe_server, exit_status, group_cells, launch_target
+from loadgen.load.target import model_context, pick_model, too_long
+from loadgen.results.probes import PROBES, ProbeLog
+from loadgen.results.records import RequestRecord, read_records
+from loadgen.results.rundir import (
+    PROVENANCE,
+    RECORDS,
+    SCENARIO,
+    SERVER_LOG,
+    SUMMARY,
+    RunDirWriter,
+    assemble_summary,
+    base_provenance,
+    build_summary_from_dir,
+    cell_summary,
+    read_cell_status,
+    set_aside_records,
+    write_json,
+)
+from loadgen.scenario.matrix import Cell, expand_cells
+from loadgen.scenario.redact import dump_scenario
+from loadgen.scenario.schema import Scenario
+from loadgen.servers.catalogue import check_models
+from loadgen.servers.launch import LaunchedServer, tail
+from loadgen.workload.payload import api_key
+from loadgen.workload.prompts import TextCalibration, needs_calibration, prepare_requests
+
+
+class Observer(Protocol):
+    """What a front end (the CLI's progress bar) is told while a run goes on."""
+
+    def message(self, text: str) -> None: ...
+    def cell_started(self, cell: Cell, total: int | None, cells: int) -> None: ...
+    def record(self, record: RequestRecord) -> None: ...
+    def cell_finished(self, cell: Cell, metrics: dict[str, Any]) -> None: ...
+
+
+class QuietObserver:
+    def message(self, text: str) -> None:
+        pass
+
+    def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:
+        pass
+
+    def record(self, record: RequestRecord) -> None:
+        pass
+
+    def cell_finished(self, cell: Cell, metrics: dict[str, Any]) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    interrupted: bool
+    aborted: str | None = None  # the abort rule that ended the run, in words
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def execute(
+    scenario: Scenario,
+    run_dir: Path,
+    *,
+    base_url: str | None = None,
+    observer: Observer | None = None,
+    render_report: Callable[[dict[str, Any]], str] | None = None,
+    resume: bool = False,
+    retry_failed: bool = False,
+) -> RunResult:
+    """Run every cell of ``scenario`` (one engine per distinct ``serve`` configuration, reused
+    across its cells) and write ``run_dir``. A cell that fails is recorded with its reason and
+    the run goes on; ``resume`` continues a run directory, skipping finished cells."""
+    obs = observer or QuietObserver()
+    base_url = base_url or scenario.target.base_url
+    if base_url is None and scenario.serve is None:
+        raise ScenarioError(
+            "target.base_url -> no server to measure; give --base-url, target.base_url "
+            "or a serve: block"
+        )
+    cells = expand_cells(scenario)
+    check_models(scenario, scenario.name)
+    if resume:
+        provenance, finished = _reopen(scenario, run_dir, retry_failed)
+    else:
+        provenance = base_provenance(scenario)
+        finished = set()
+    out = RunDirWriter(run_dir, resume=resume)
+    if not resume:
+        out.write_scenario(scenario)
+    out.write_provenance(provenance)
+    groups = group_cells(cells, launched=base_url is None)
+    # a plain run ends when its engine dies or the server refuses the scenario; a matrix records
+    # the cell and goes on (a dead engine is replaced for the next cells)
+    plain = len(groups) == 1 and not scenario.matrix_blocks
+    run = _Run(scenario, out, provenance, obs, render_report, len(cells), plain=plain)
+    try:
+        for n, group in enumerate(groups):
+            todo = [c for c in group if c.index not in finished]
+            while todo and not run.stop_requested:
+                todo = run.serve_group(todo, base_url, n, len(groups), single=len(groups) == 1 and not finished)
+                if plain and run.engine_death is not None:
+                    todo = []
+    finally:
+        run.close()
+        provenance["end_wall"] = datetime.now(UTC).isoformat()
+        out.write_provenance(provenance)
+    if plain and run.engine_death is not None:
+        how, log, index = run.engine_death
+        raise LaunchError(
+            f"the engine {how} during cell {index + 1}; the run directory holds every request measured "
+            f"({run_dir}; engine log: {log})",
+            tail(log),
+        )
+    summary = run.summary()
+    if run.abort_reason is not None:
+        summary["aborted"] = run.abort_reason
+        write_json(run_dir / SUMMARY, summary)  # report.md already says what was measured
+    return RunResult(run_dir, summary, run.stop_requested, run.abort_reason)
+
+
+def _reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[dict[str, Any], set[int]]:
+    """An interrupted run directory to continue: same scenario; records of unfinished cells set aside."""
+    if not (run_dir / SCENARIO).is_file():
+        raise UsageError(f"{run_dir}: --resume needs an existing run directory (no {SCENARIO} there)")
+    if (run_dir / SCENARIO).read_text() != dump_scenario(scenario):
+        raise UsageError(
+            f"{run_dir}: --resume: the scenario differs from the one this run started with "
+            f"({SCENARIO}); resume with the same file and --set values, or start a new run"
+        )
+    statuses = read_cell_status(run_dir)
+    finished = {i for i, s in statuses.items() if s["status"] == "done" or not retry_failed}
+    set_aside_records(run_dir, keep=finished)
+    provenance: dict[str, Any] = orjson.loads((run_dir / PROVENANCE).read_bytes())
+    provenance.setdefault("resumed_wall", []).append(datetime.now(UTC).isoformat())
+    return provenance, finished
+
+
+async def _resolve_model(
+    client: StreamingClient, base_url: str, wanted: str, provenance: dict[str, Any]
+) -> str:
+    try:
+        models = await client.fetch_models()
+    except (httpx.HTTPError, ValueError) as exc:
+        reason = (str(exc) or type(exc).__name__).splitlines()[0]  # httpx appends a second line of help
+        if wanted == "auto":
+            raise TargetError(
+                f"{base_url}/models: cannot list models ({reason}); is an OpenAI-compatible "
+                "server running there? (or set target.model to skip the lookup)"
+            ) from exc
+        provenance["server_models"] = {"error": reason}
+        return wanted
+    provenance["server_models"] = models
+    return pick_model(models, wanted, f"{base_url}/models")
+
+
+class _Run:
+    """The state of one ``execute``: open files, summaries so far, the stop flag."""
+
+    def __init__(
+        self, scenario: Scenario, out: RunDirWriter, provenance: dict[str, Any], obs: Observer,
+        render_report: Callable[[dict[str, Any]], str] | None, n_cells: int, *, plain: bool,
+    ) -> None:
+        self.scenario, self.out, self.provenance, self.obs = scenario, out, provenance, obs
+        self.run_dir = run_dir = out.run_dir
+        self.render_report, self.n_cells = render_report, n_cells
+        self.entries: dict[int, dict[str, Any]] = {
+            e["cell"]: e for e in build_summary_from_dir(run_dir, scenario)["cells"]
+        }
+        self.writer = out.records
+        self.probes = ProbeLog(run_dir / PROBES)
+        self.stop_requested = False
+        self.abort_reason: str | None = None
+        # a plain run (one engine, no matrix) stops at bad input; a matrix fails the cell and goes on
+        self.plain = plain
+        self.context: int | None = None  # the served model's context length, when the server says
+        # (how it exited, its log, the cell it died in) of the last engine that died mid-cell
+        self.engine_death: tuple[str, Path, int] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        cells = [self.entries[i] for i in sorted(self.entries)]
+        return assemble_summary(
+            self.scenario, cells, model=self.provenance.get("model"), interrupted=self.stop_requested
+        )
+
+    def write_outputs(self) -> None:
+        summary = self.summary()
+        self.out.write_summary(summary, self.render_report(summary) if self.render_report is not None else None)
+
+    def finish_cell(
+        self, cell: Cell, records: list[RequestRecord], status: str, reason: str | None, server: dict[str, Any]
+    ) -> None:
+        line = {"cell": cell.index, "status": status, "reason": reason, "server": server}
+        self.out.cells.write(line)
+        samples = self.probes.samples(cell.index)
+        self.entries[cell.index] = cell_summary(self.scenario, cell, records, line, samples)
+        self.write_outputs()
+        self.obs.cell_finished(cell, self.entries[cell.index].get("metrics") or {})
+        if status == "failed":
+            self.obs.message(f"cell {cell.index + 1}/{self.n_cells} failed: {reason}")
+        if (health := self.entries[cell.index].get("client")) and health["client_bound"]:
+            self.obs.message(
+                f"warning: cell {cell.index + 1}/{self.n_cells} was client-bound ({'; '.join(health['reasons'])}): "
+                f"its TTFT / ITL include the client's own delay; {health['advice']}"
+            )
+
+    def serve_group(
+        self, todo: list[Cell], base_url: str | None, n: int, n_groups: int, *, single: bool
+    ) -> list[Cell]:
+        """Launch the group's engine (unless given a URL), run its cells; returns the cells left
+        when the engine died in one (they get a fresh engine), else []."""
+        server: LaunchedServer | None = None
+        point = todo[0].point
+        assert point is not None
+        info: dict[str, Any] = {}
+        url = base_url
+        if url is None:
+            log = SERVER_LOG if n_groups == 1 else f"server-{n + 1}.log"
+            try:
+                server, url, info = launch_target(point, self.run_dir / log, self.provenance, self.obs.message)
+            except LaunchError as exc:
+                if single:
+                    raise
+                for cell in todo:
+                    self.finish_cell(cell, [], "failed", f"engine did not start: {exc}", describe_server(point, {}))
+                return []
+            except UsageError as exc:
+                for cell in todo:
+                    self.finish_cell(cell, [], "failed", str(exc), describe_server(point, {}))
+                return []
+        try:
+            with asyncio.Runner(loop_factory=_new_loop) as runner:
+                return runner.run(self._run_cells(todo, url, server, info))
+        finally:
+            if server is not None:
+                server.stop()
+
+    async def _run_cells(
+        self, todo: list[Cell], base_url: str, server: LaunchedServer | None, info: dict[str, Any]
+    ) -> list[Cell]:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        point = todo[0].point
+        assert point is not None
+        target = point.target
+        clock_base = self.provenance.setdefault("clock_base_ns", time.perf_counter_ns())
+        desc = describe_server(point, info)
+        try:
+            async with StreamingClient(
+                target, base_url, clock_base_ns=clock_base, api_key=api_key(target),
+                new_connection_per_request=point.load.new_connection_per_request,
+            ) as client:
+                model = await _resolve_model(client, base_url, target.model, self.provenance)
+                self.provenance["model"] = model
+                self.context = model_context(self.provenance.get("server_models"), model)
+                if self.plain and self.context is not None:
+                    for cell in todo:
+                        if (why := too_long(cell, self.context)) is not None:
+                            raise ScenarioError(f"{self.scenario.name}: {why}")
+                self.out.write_provenance(self.provenance)
+                calibration = TextCalibration()
+                if needs_calibration(point):
+                    calibration = await calibrate(client, point, model)
+                    self.provenance["text_calibration"] = {
+                        "overhead": calibration.overhead, "per_word": calibration.per_word,
+                    }
+                async with MetricsScraper(base_url) as scraper:
+                    return await self._cells(client, scraper, todo, server, model, calibration, desc, stop)
+        finally:
+            self.stop_requested = self.stop_requested or (stop.is_set() and self.abort_reason is None)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    async def _cells(
+        self, client: StreamingClient, scraper: MetricsScraper, todo: list[Cell], server: LaunchedServer | None,
+        model: str, calibration: TextCalibration, desc: dict[str, Any], stop: asyncio.Event,
+    ) -> list[Cell]:
+        """Measure the cells one after another; returns those left if the engine died."""
+        for k, cell in enumerate(todo):
+            if stop.is_set():
+                break
+            # the cell's records go to disk only (memory stays flat however long the cell);
+            # they are read back from where they start once it ends
+            start = self.writer.position
+            rule = AbortRule(cell.point or self.scenario, stop)
+
+            def emit(r: RequestRecord, rule: AbortRule = rule) -> None:
+                self.writer.write(r)
+                self.obs.record(r)
+                rule.add(r)
+
+            if self.context is not None and (why := too_long(cell, self.context)) is not None:
+                self.finish_cell(cell, [], "failed", why, desc)
+                continue
+            interrupted = False
+            refused: str | None = None
+            try:
+                await self._measure(client, scraper, server, cell, model, calibration, emit, stop)
+            except TargetError as exc:
+                if self.plain:
+                    raise
+                refused = str(exc)  # a matrix records the cell and goes on
+            finally:
+                records = list(read_records(self.run_dir / RECORDS, start))
+                interrupted = stop.is_set() and rule.reason is None
+                if refused is not None:
+                    self.finish_cell(cell, records, "failed", refused, desc)
+                elif rule.reason is not None:
+                    self.abort_reason = rule.reason
+                    self.finish_cell(cell, records, "failed", f"aborted: {rule.reason}", desc)
+                elif not interrupted:
+                    status, reason = cell_outcome(records, server)
+                    self.finish_cell(cell, records, status, reason, desc)
+                elif records:  # measured before the stop: summarised, not finished
+                    samples = self.probes.samples(cell.index)
+                    self.entries[cell.index] = cell_summary(
+                        self.scenario, cell, records, {"status": "interrupted", "server": desc}, samples
+                    )
+                    self.write_outputs()
+            if server is not None and server.proc is not None and (code := server.proc.poll()) is not None:
+                self.engine_death = (exit_status(code), server.log_path, cell.index)
+                return todo[k + 1:]
+        return []
+
+    async def _measure(
+        self, client: StreamingClient, scraper: MetricsScraper, server: LaunchedServer | None, cell: Cell,
+        model: str, calibration: TextCalibration, emit: Callable[[RequestRecord], None], stop: asyncio.Event,
+    ) -> None:
+        """One cell with its probes: GPU memory of the engine's processes, the server's /metrics."""
+        def probe(kind: str) -> Callable[[dict[str, Any]], None]:
+            return lambda values: self.probes.write(cell.index, kind, values)
+
+        def started(total: int | None) -> None:
+            self.obs.cell_started(cell, total, self.n_cells)
+
+        gpu = GpuSampler(server.proc.pid, probe("gpu")) if server is not None and server.proc else None
+
+        async def measured_window() -> None:
+            await scraper.reset_peak()
+            if gpu is not None:
+                gpu.start()
+            # the first scrape is taken before any request is sent: counters over the cell
+            # are last minus first, and a request that finished before it would go uncounted
+            await scraper.scrape_once(probe("metrics"))
+            scraping = asyncio.create_task(scraper.run(probe("metrics"), first_done=True))
+            try:
+                await measure_window(client, self.scenario, cell, pool, emit, stop, started, self.obs.message,
+                                     probe("client"))
+            finally:
+                scraping.cancel()
+                await asyncio.gather(scraping, return_exceptions=True)
+                await scraper.scrape_once(probe("metrics"))
+                if gpu is not None:
+                    gpu.stop()
+
+        pool = prepare_requests(self.scenario, cell, model, calibration)
+        await warmup(client, cell, pool, emit, stop)
+        await measured_window()
+
+    def close(self) -> None:
+        self.out.close()
+        self.probes.close()
+        if self.entries:
+            self.write_outputs()

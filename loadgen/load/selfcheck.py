@@ -1,0 +1,86 @@
+"""The client's own health in every measured window: each client process (the run's, or
+each worker's) samples while the window runs.
+
+- event-loop lag: a timer set every 10 ms; how late it fires plus how long the loop then takes
+  to reach a callback it queues. That is the backlog a chunk arriving at that moment waits
+  behind before its arrival is timestamped, so it bounds the error added to TTFT and ITL. An
+  idle loop shows up to about 1 ms (uvloop's timers have millisecond resolution).
+- CPU: the process's CPU seconds over the wall seconds of each 1 s interval.
+- reads: how many socket reads the client handled and the time spent in them (the per-chunk
+  work: a clock reading, the HTTP parser, the SSE scan).
+
+Samples go to ``probes.jsonl`` (probe ``client``, one line per process and second);
+``loadgen.results.client`` turns them into the verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+PROBE_EVERY_S = 0.010
+INTERVAL_S = 1.0
+
+
+class ClientMonitor:
+    """Samples one process's event loop and CPU; ``emit`` receives one dict per interval."""
+
+    def __init__(self, stats: Any, emit: Callable[[dict[str, Any]], None], worker: int = 0) -> None:
+        self._stats = stats  # a client.ClientStats: reads, read_ns
+        self._emit = emit
+        self._worker = worker
+        self._lags: list[float] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._t = self._cpu = 0.0
+        self._reads = self._read_ns = 0
+        self._next_flush = 0.0
+        self._due = 0.0
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._t, self._cpu = time.perf_counter(), time.process_time()
+        self._reads, self._read_ns = self._stats.reads, self._stats.read_ns
+        self._next_flush = self._t + INTERVAL_S
+        self._arm()
+
+    def _tick(self) -> None:
+        assert self._loop is not None
+        t0 = time.perf_counter()
+        late = max(t0 - self._due, 0.0)
+        self._loop.call_soon(self._reached, t0, late)
+        if t0 >= self._next_flush:
+            self._flush(t0)
+        self._arm()
+
+    def _arm(self) -> None:
+        assert self._loop is not None
+        self._due = time.perf_counter() + PROBE_EVERY_S
+        self._timer = self._loop.call_later(PROBE_EVERY_S, self._tick)
+
+    def _reached(self, t0: float, late: float) -> None:
+        self._lags.append(late + time.perf_counter() - t0)
+
+    def _flush(self, now: float) -> None:
+        cpu = time.process_time()
+        s = self._stats
+        self._emit({
+            "worker": self._worker,
+            "wall_s": round(now - self._t, 6),
+            "cpu_s": round(cpu - self._cpu, 6),
+            "reads": s.reads - self._reads,
+            "read_ms": round((s.read_ns - self._read_ns) / 1e6, 3),
+            "loop_lag_ms": [round(x * 1e3, 3) for x in self._lags],
+        })
+        self._t, self._cpu = now, cpu
+        self._reads, self._read_ns = s.reads, s.read_ns
+        self._lags = []
+        self._next_flush = now + INTERVAL_S
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._flush(time.perf_counter())

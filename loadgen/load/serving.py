@@ -1,0 +1,146 @@
+"""The targets a run measures: cells grouped by the engine they need, each group's engine
+launched from its ``serve:`` block (or loadgen's simulator), described for the tables, and
+how a cell ended when its engine died under it.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from loadgen.results.records import RequestRecord
+from loadgen.results.rundir import PROVENANCE, write_json
+from loadgen.scenario.matrix import Cell
+from loadgen.scenario.schema import Scenario
+from loadgen.servers.commands import launch_spec
+from loadgen.servers.launch import LaunchedServer, free_port, shell_line, sim_spec, tail
+from loadgen.servers.preflight import engine_info, prepare
+from loadgen.servers.spec import EngineSpec, build_spec
+
+
+def group_cells(cells: list[Cell], *, launched: bool) -> list[list[Cell]]:
+    """Cells that need the same engine, in order of first appearance (one group if none is launched)."""
+    if not launched:
+        return [cells]
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        assert cell.point is not None
+        assert cell.point.serve is not None
+        key = cell.point.serve.model_dump_json(exclude={"port"})
+        groups.setdefault(key, []).append(cell)
+    return list(groups.values())
+
+
+def engine_spec(point: Scenario) -> EngineSpec:
+    """The engine a matrix point's ``serve:`` block names, resolved as ``loadgen serve`` does."""
+    serve = point.serve
+    assert serve is not None
+    assert serve.model is not None
+    sweep = [c for c in point.load.concurrency if isinstance(c, int)]
+    unlimited = len(sweep) < len(point.load.concurrency)
+    slots = serve.slots or max([*sweep, point.workload.num_prompts if unlimited else 1])
+    return build_spec(
+        serve.model, backend=serve.engine, device=serve.device, quant=serve.quant, setting=serve.setting,
+        tp=serve.tp, pp=serve.pp, gpus=serve.gpus, host=serve.host, port=serve.port or free_port(serve.host),
+        kv_cache_dtype=serve.kv_cache_dtype, load_format=serve.load_format, attn=serve.attn, slots=slots,
+        extra_args=serve.extra_args,
+    )
+
+
+def spec_summary(spec: EngineSpec) -> dict[str, Any]:
+    """The resolved engine configuration a cell ran on, as the tables show it."""
+    s = spec.setting
+    return {
+        "backend": spec.backend, "model": spec.served_name, "checkpoint": spec.model.checkpoint,
+        "quant": spec.model.quant, "device": spec.device, "gpus": list(spec.gpus),
+        "gpu_count": len(spec.gpus) if spec.device == "cuda" else 0, "tp": spec.tp, "pp": spec.pp,
+        "setting": s.name, "setting_values": {
+            "gpu_memory_utilization": s.gpu_memory_utilization, "max_model_len": s.max_model_len,
+            "enforce_eager": s.enforce_eager,
+        },
+        "attn": spec.attn,
+    }
+
+
+def launch_target(
+    point: Scenario, log_path: Path, provenance: dict[str, Any], message: Callable[[str], None]
+) -> tuple[LaunchedServer, str, dict[str, Any]]:
+    """Start the simulator or engine of a point's ``serve:`` block, logging to ``log_path``."""
+    assert point.serve is not None
+    if point.serve.engine == "sim":
+        launch = sim_spec(point.serve)
+        info: dict[str, Any] = {"backend": "sim", "argv": list(launch.argv)}
+    else:
+        spec = engine_spec(point)
+        launch = launch_spec(spec)
+        if point.serve.ready_timeout_s is not None:
+            launch = replace(launch, ready_timeout_s=point.serve.ready_timeout_s)
+        info = prepare(spec, launch, force=point.serve.force)
+        info["spec"] = spec_summary(spec)
+    info["log"] = log_path.name
+    provenance["server"] = info
+    provenance.setdefault("servers", []).append(info)
+    write_json(log_path.parent / PROVENANCE, provenance)
+    server = LaunchedServer(launch, log_path)
+    message(f"starting {launch.name}: {shell_line(launch)}")
+    t = time.monotonic()
+
+    def spawned(pid: int) -> None:  # on record before readiness, so that no engine goes untraced
+        info["pid"] = pid
+        write_json(log_path.parent / PROVENANCE, provenance)
+
+    base_url = server.start(on_spawn=spawned)
+    info["ready_s"] = round(time.monotonic() - t, 3)
+    if launch.name != "sim":
+        info["engine"] = engine_info(base_url)
+    write_json(log_path.parent / PROVENANCE, provenance)
+    message(f"{launch.name} ready at {base_url} in {info['ready_s']:.1f} s (log: {log_path})")
+    return server, base_url, info
+
+
+def describe_server(point: Scenario, info: dict[str, Any]) -> dict[str, Any]:
+    """What a table needs to know of a cell's server: engine, model, quantization, GPUs, setting."""
+    serve = point.serve
+    if serve is None:
+        return {"backend": None, "base_url": point.target.base_url, "launched": False}
+    out: dict[str, Any] = {
+        "backend": serve.engine, "model": serve.model, "quant": serve.quant or "bf16",
+        "setting": serve.setting, "launched": True,
+    }
+    spec = info.get("spec")
+    if spec:
+        out |= spec
+    engine = info.get("engine") or {}
+    if engine.get("version"):
+        out["version"] = engine["version"]
+    return out
+
+
+def exit_status(code: int) -> str:
+    """How a process ended, in words: 'exited with status 1' / 'was killed by SIGKILL (-9)'."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name} ({code})"
+        except ValueError:
+            pass
+    return f"exited with status {code}"
+
+
+def cell_outcome(records: list[RequestRecord], server: LaunchedServer | None) -> tuple[str, str | None]:
+    """``done``, or ``failed`` with the reason: no request completed, or the engine died."""
+    measured = [r for r in records if not r.warmup]
+    if server is not None and server.proc is not None and (code := server.proc.poll()) is not None:
+        last = tail(server.log_path, 1).strip()
+        return "failed", f"the engine {exit_status(code)} during the cell ({last[:200]})"
+    if measured and any(r.ok for r in measured):
+        return "done", None
+    failed = [r for r in records if not r.ok]
+    if not failed:
+        return "failed", "no request was measured"
+    detail = Counter(f"{r.error}: {r.error_detail or ''}".strip() for r in failed).most_common(1)[0][0]
+    return "failed", f"no request completed ({detail[:300]})"

@@ -1,0 +1,166 @@
+"""What one streamed request has received so far, and the record it becomes: no I/O here.
+
+The asyncio client and the Locust user both feed the bytes they read (with the time they
+read them) into a ``StreamState``; it parses SSE with the one parser, counts tokens per
+chunk, classifies protocol failures and builds the ``RequestRecord``. Only the transport
+and its timeouts differ between the two.
+"""
+
+from __future__ import annotations
+
+import re
+
+from loadgen.load.sse import DONE, MalformedChunk, SSEParser, parse_chunk
+from loadgen.results.records import FailureClass, RequestRecord, TokenSource
+from loadgen.workload.payload import PreparedRequest
+
+Outcome = tuple[FailureClass | None, str | None]
+
+
+class StreamState:
+    """Mutable state of one request in flight; ``sent_ns`` / chunk times are perf_counter_ns."""
+
+    __slots__ = (
+        "sent_ns", "chunk_ns", "chunk_tokens", "cum_tokens", "usage_completion",
+        "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
+        "first_limit_ns", "total_limit_ns",
+    )
+
+    def __init__(self, first_token_s: float | None = None, total_s: float | None = None) -> None:
+        """``first_token_s`` / ``total_s``: deadlines checked against each chunk's arrival time
+        as well, so a chunk that lands while a busy client's timer is still pending is classed
+        by when it came, not by which event the loop happened to run first."""
+        limits = [x for x in (first_token_s, total_s) if x is not None]
+        self.first_limit_ns = int(min(limits) * 1e9) if limits else None
+        self.total_limit_ns = int(total_s * 1e9) if total_s is not None else None
+        self.sent_ns = 0
+        self.chunk_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.cum_tokens = 0
+        self.usage_completion: int | None = None
+        self.prompt_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.done_ns: int | None = None
+        self.status: int | None = None
+        self.parser = SSEParser()
+        # set once the stream is decided: (None, None) at [DONE], else the failure
+        self.outcome: Outcome | None = None
+
+    def feed(self, raw: bytes, t: int) -> bool:
+        """Bytes read from the body at ``t``; True once the stream is decided (more bytes
+        after that are only drained so the connection can be kept)."""
+        if self.outcome is not None:
+            return True
+        for data in self.parser.feed(raw):
+            if self._event(data, t):
+                return True
+        return False
+
+    def end(self, t: int) -> Outcome:
+        """The body ended at ``t``: the stream's outcome."""
+        if self.outcome is not None:
+            return self.outcome
+        for data in self.parser.finish():
+            if self._event(data, t):
+                return self.outcome  # type: ignore[return-value]
+        self.done_ns = t
+        if self.finish_reason is not None:
+            return None, None  # a complete stream whose server omits [DONE]
+        if self.parser.ignored_lines:
+            return "malformed", f"{self.parser.ignored_lines} lines without an SSE field"
+        return "stream_cut", "stream ended before finish_reason or [DONE]"
+
+    def _event(self, data: bytes, t: int) -> bool:
+        if data == DONE:
+            self.done_ns = t
+            if not self.chunk_ns and self.parser.ignored_lines:
+                # [DONE] after lines that were not SSE fields (e.g. JSON without "data:")
+                self.outcome = ("malformed", f"{self.parser.ignored_lines} lines without an SSE field")
+            else:
+                self.outcome = (None, None)
+            return True
+        failure = self._on_chunk(data, t)
+        if failure is not None:
+            self.done_ns = t
+            self.outcome = failure
+            return True
+        return False
+
+    def _on_chunk(self, data: bytes, t: int) -> tuple[FailureClass, str] | None:
+        try:
+            chunk = parse_chunk(data)
+        except MalformedChunk as exc:
+            return "malformed", str(exc)
+        if chunk.error is not None:
+            return "stream_error", chunk.error
+        if chunk.prompt_tokens is not None:
+            self.prompt_tokens = chunk.prompt_tokens
+        if chunk.completion_tokens is not None:
+            self.usage_completion = chunk.completion_tokens
+        if not chunk.has_choices:
+            return None  # the final usage chunk, or a keep-alive
+        if chunk.completion_tokens is not None:
+            # cumulative usage on every chunk: the exact number of tokens this chunk carried
+            n = chunk.completion_tokens - self.cum_tokens
+            self.cum_tokens = chunk.completion_tokens
+        else:
+            n = 1 if chunk.text else 0  # a role-only chat delta carries none
+        if n > 0:
+            waited = t - self.sent_ns
+            if not self.chunk_ns and self.first_limit_ns is not None and waited > self.first_limit_ns:
+                return "timeout", "first token"
+            if self.total_limit_ns is not None and waited > self.total_limit_ns:
+                return "timeout", "total"
+            self.chunk_ns.append(t)
+            self.chunk_tokens.append(n)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        return None
+
+    def record(
+        self,
+        req: PreparedRequest,
+        request_id: int,
+        scheduled_ns: int,
+        base_ns: int,
+        error: FailureClass | None,
+        detail: str | None,
+        worker: int = 0,
+    ) -> RequestRecord:
+        """The request's record, times in seconds after ``base_ns``."""
+        sent = self.sent_ns
+        chunk_total = sum(self.chunk_tokens)
+        source: TokenSource = "usage" if self.usage_completion is not None else "chunks"
+        # the server's count where it sent one (per chunk or at the end), else what arrived
+        output = self.usage_completion if self.usage_completion is not None else chunk_total
+        return RequestRecord(
+            request_id=request_id,
+            cell=req.cell,
+            warmup=req.warmup,
+            scheduled_at=(scheduled_ns - base_ns) / 1e9,
+            sent_at=(sent - base_ns) / 1e9 if sent else None,
+            first_token_at=(self.chunk_ns[0] - base_ns) / 1e9 if self.chunk_ns else None,
+            last_token_at=(self.chunk_ns[-1] - base_ns) / 1e9 if self.chunk_ns else None,
+            done_at=(self.done_ns - base_ns) / 1e9 if self.done_ns is not None else None,
+            input_tokens=req.input_tokens,
+            max_tokens=req.max_tokens,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=output,
+            token_count_source=source,
+            chunk_tokens_total=chunk_total,
+            chunk_offsets_s=tuple((c - sent) / 1e9 for c in self.chunk_ns),
+            chunk_tokens=tuple(self.chunk_tokens),
+            status=self.status,
+            error=error,
+            error_detail=detail,
+            worker=worker,
+        )
+
+
+def error_snippet(body: bytes) -> str:
+    """An error body on one line, at most 300 characters; an HTML page reduced to its text."""
+    text = body[:4000].decode("utf-8", "replace")
+    if text.lstrip().startswith("<"):
+        text = re.sub(r"<(script|style)\b.*?</\1>|<[^>]+>", " ", text, flags=re.S | re.I)
+    text = " ".join(text.split())[:300]
+    return text or "(empty body)"

@@ -1,0 +1,75 @@
+"""What loadgen learns of a target before measuring it, as pure functions over its answers:
+the model to ask for (``/v1/models``), its context length, and whether a failed warmup means
+the server cannot serve the scenario at all. The asyncio run and the Locust user both use them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.errors import TargetError
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.matrix import Cell
+from loadgen.workload.payload import ENDPOINTS
+
+
+def pick_model(models: Any, wanted: str, url: str) -> str:
+    """The model to send: ``wanted``, or with ``auto`` the first id of a ``/v1/models`` answer."""
+    if wanted != "auto":
+        return wanted
+    data = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(data, list):
+        raise TargetError(f"{url}: not an OpenAI /models answer; is this the server's /v1 base URL?")
+    ids = [m["id"] for m in data if isinstance(m, dict) and m.get("id")]
+    if not ids:
+        raise TargetError(f"{url}: the server lists no model; set target.model")
+    return str(ids[0])
+
+
+def model_context(models: Any, model: str) -> int | None:
+    """``max_model_len`` of ``model`` in a ``/v1/models`` answer (vLLM, SGLang, loadgen's engines)."""
+    if not isinstance(models, dict):
+        return None
+    for m in models.get("data", []):
+        if isinstance(m, dict) and m.get("id") == model and isinstance(m.get("max_model_len"), int):
+            return int(m["max_model_len"])
+    return None
+
+
+def too_long(cell: Cell, context: int) -> str | None:
+    if cell.input_tokens + cell.output_tokens <= context:
+        return None
+    return (
+        f"workload.input_tokens + output_tokens = {cell.input_tokens} + {cell.output_tokens} = "
+        f"{cell.input_tokens + cell.output_tokens} exceeds the model's context of {context} tokens "
+        "(the server's max_model_len); lower them, or serve the model with a longer context (serve.setting)"
+    )
+
+
+def unusable(warmup: list[RequestRecord], api: str) -> str | None:
+    """Why the server cannot serve this scenario at all, when every warmup request failed in a
+    way that no retry mends (refused, 4xx other than 408/429, not an event stream); else None.
+    Busy answers (429, 5xx) and timeouts are left to the measured run to count."""
+    done = [r for r in warmup if r.error != "cancelled"]
+    if not done or any(r.ok for r in done):
+        return None
+    r = done[0]
+    endpoint = ENDPOINTS[api]
+    detail = (r.error_detail or "")[:200]
+    if r.error == "connect":
+        return f"POST {endpoint}: cannot connect ({detail}); is the server running?"
+    if r.error == "malformed":
+        return f"POST {endpoint}: the answer is not an OpenAI event stream ({detail}); is this the server's /v1 URL?"
+    status = r.status or 0
+    if r.error == "http_status" and (400 <= status < 500 or status == 501) and status not in (408, 429):
+        hint = {
+            404: f"does the server serve {endpoint} under this base URL (usually .../v1)?",
+            405: f"the server does not take POST {endpoint}; is this the OpenAI-compatible base URL?",
+            501: f"the server does not take POST {endpoint}; is this the OpenAI-compatible base URL?",
+            401: "set the API key in the variable target.api_key_env names",
+            403: "set the API key in the variable target.api_key_env names",
+        }.get(status, "the server refuses these requests")
+        if "chat template" in detail.lower():
+            hint = "the model has no chat template: use target.api: completions"
+        return f"POST {endpoint}: HTTP {status}: {detail}; {hint}"
+    return None

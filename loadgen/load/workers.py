@@ -1,0 +1,238 @@
+"""``load.workers``: a measured window shared by N client processes on one host.
+
+The schedule is partitioned round-robin (worker k sends requests k, k+N, k+2N, ... with its
+share of the concurrency, ``schedule.partition``); each worker is a fresh process with its own
+event loop and its own connections, opened before the window. The parent waits until every
+worker is connected, then gives them one start time on the shared monotonic clock
+(``perf_counter_ns`` is system-wide on Linux), so every request keeps its place on the one
+schedule and every record is on the run's clock base. Workers send each record to the parent
+as it completes (the parent writes ``records.jsonl``, so nothing measured is lost if a worker
+dies), their self-check samples, and a last message when done. A stop (Ctrl-C, SIGTERM, the
+abort rule) is passed to every worker, which records its in-flight requests as cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import orjson
+
+from loadgen.load.client import StreamingClient
+from loadgen.load.dispatch import LoadPlan, run_load
+from loadgen.load.schedule import iter_offsets, partition
+from loadgen.load.selfcheck import ClientMonitor
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.schema import Target
+from loadgen.workload.payload import PreparedRequest
+
+# messages on a worker's pipe: a one-byte tag, then the payload
+_READY, _START, _STOP, _RECORD, _HEALTH, _END = b"C", b"S", b"X", b"R", b"H", b"E"
+START_MARGIN_S = 0.05  # the start time given to the workers, this far ahead of "all ready"
+
+
+def resolve_workers(workers: int | str) -> int:
+    """``auto``: one worker per core this process may run on."""
+    if workers == "auto":
+        return max(1, len(os.sched_getaffinity(0)))
+    return int(workers)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerJob:
+    worker: int
+    workers: int
+    target: Target
+    base_url: str
+    api_key: str | None
+    new_connection_per_request: bool
+    clock_base_ns: int
+    pool: Sequence[PreparedRequest]
+    count: int | None
+    concurrency: int | None
+    rate: float | None
+    arrival: str
+    burstiness: float
+    seed: int
+    duration_s: float | None
+
+
+def _indices(job: WorkerJob) -> Any:
+    if job.count is not None:
+        return iter(range(job.worker, job.count, job.workers))
+    return itertools.count(job.worker, job.workers)
+
+
+def worker_main(job: WorkerJob, conn: Connection) -> None:
+    """A worker process: connect, wait for the start time, run its share, report."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        asyncio.run(_worker(job, conn))
+    else:
+        uvloop.run(_worker(job, conn))
+
+
+async def _worker(job: WorkerJob, conn: Connection) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    started: asyncio.Future[int] = loop.create_future()
+
+    def control() -> None:
+        try:
+            while conn.poll():
+                msg = conn.recv_bytes()
+                if msg[:1] == _START and not started.done():
+                    started.set_result(int(msg[1:]))
+                elif msg[:1] == _STOP:
+                    stop.set()
+        except (EOFError, OSError):  # the parent is gone: stop
+            stop.set()
+            if not started.done():
+                started.set_result(0)
+
+    loop.add_reader(conn.fileno(), control)
+    client = StreamingClient(
+        job.target, job.base_url, clock_base_ns=job.clock_base_ns, api_key=job.api_key,
+        new_connection_per_request=job.new_connection_per_request, worker=job.worker,
+    )
+    async with client:
+        await client.open_connections(job.concurrency or 0)
+        conn.send_bytes(_READY)
+        start_ns = await started
+        monitor = ClientMonitor(client.stats, lambda v: conn.send_bytes(_HEALTH + orjson.dumps(v)), job.worker)
+        if start_ns and not stop.is_set():
+            offsets = iter_offsets(job.rate, arrival=job.arrival, burstiness=job.burstiness, seed=job.seed)
+            plan = LoadPlan(job.pool, offsets, job.count, job.concurrency, job.duration_s)
+            monitor.start()
+            try:
+                await run_load(client, plan, start_ns=start_ns, stop=stop, indices=_indices(job),
+                               emit=lambda r: conn.send_bytes(_RECORD + r.to_json()))
+            finally:
+                monitor.stop()
+    loop.remove_reader(conn.fileno())
+    conn.send_bytes(_END)
+
+
+async def run_workers(
+    jobs: list[WorkerJob],
+    *,
+    emit: Callable[[RequestRecord], None],
+    health: Callable[[dict[str, Any]], None],
+    stop: asyncio.Event,
+    message: Callable[[str], None],
+) -> None:
+    """Start the workers, give them one start time, collect their records until all are done."""
+    ctx = mp.get_context("spawn")  # a fresh interpreter: no event loop or threads inherited
+    loop = asyncio.get_running_loop()
+    procs: list[Any] = []
+    pipes: list[Connection] = []
+    ready = 0
+    all_ready: asyncio.Future[None] = loop.create_future()
+    finished: dict[int, asyncio.Future[None]] = {}
+
+    def readable(k: int, conn: Connection) -> None:
+        nonlocal ready
+        try:
+            while conn.poll():
+                msg = conn.recv_bytes()
+                tag = msg[:1]
+                if tag == _RECORD:
+                    emit(RequestRecord.from_dict(orjson.loads(msg[1:])))
+                elif tag == _HEALTH:
+                    health(orjson.loads(msg[1:]))
+                elif tag == _READY:
+                    ready += 1
+                    if ready == len(jobs) and not all_ready.done():
+                        all_ready.set_result(None)
+                elif tag == _END:
+                    loop.remove_reader(conn.fileno())
+                    finished[k].set_result(None)
+                    return
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            code = procs[k].exitcode
+            message(f"warning: client worker {k} ended unexpectedly (exit {code}); "
+                    "the records it sent are kept, its in-flight requests are lost")
+            if not finished[k].done():
+                finished[k].set_result(None)
+            if not all_ready.done():
+                all_ready.set_result(None)
+
+    try:
+        for job in jobs:
+            parent, child = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=worker_main, args=(job, child), name=f"loadgen-worker-{job.worker}",
+                               daemon=True)
+            proc.start()
+            child.close()
+            procs.append(proc)
+            pipes.append(parent)
+            finished[job.worker] = loop.create_future()
+            loop.add_reader(parent.fileno(), readable, job.worker, parent)
+
+        def tell(tag: bytes) -> None:
+            for k, p in enumerate(pipes):
+                if not finished[k].done():
+                    try:
+                        p.send_bytes(tag)
+                    except OSError:
+                        pass
+
+        stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([all_ready, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            tell(_STOP)
+        else:
+            tell(_START + str(time.perf_counter_ns() + int(START_MARGIN_S * 1e9)).encode())
+        done_all: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*finished.values()))
+        await asyncio.wait([done_all, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if not done_all.done():
+            tell(_STOP)  # the workers record their in-flight requests as cancelled and end
+            await done_all
+        stopped.cancel()
+    finally:
+        for p in pipes:
+            try:
+                loop.remove_reader(p.fileno())
+            except (OSError, ValueError):
+                pass
+        for proc in procs:
+            await asyncio.to_thread(proc.join, 10)
+            if proc.is_alive():
+                proc.kill()
+        for p in pipes:
+            p.close()
+
+
+def worker_jobs(
+    *,
+    workers: int,
+    target: Target,
+    base_url: str,
+    api_key: str | None,
+    new_connection_per_request: bool,
+    clock_base_ns: int,
+    pool: Sequence[PreparedRequest],
+    count: int | None,
+    concurrency: int | None,
+    rate: float | None,
+    arrival: str,
+    burstiness: float,
+    seed: int,
+    duration_s: float | None,
+) -> list[WorkerJob]:
+    """One job per worker; concurrency shares from ``schedule.partition``."""
+    shares = partition(count or 0, workers, concurrency)
+    return [
+        WorkerJob(k, workers, target, base_url, api_key, new_connection_per_request, clock_base_ns, pool,
+                  count, conc, rate, arrival, burstiness, seed, duration_s)
+        for k, (_, conc) in enumerate(shares)
+    ]

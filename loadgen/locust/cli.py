@@ -1,0 +1,96 @@
+"""``loadgen locust``: Locust's own command line, with loadgen's locustfile and safe defaults.
+
+Every Locust option passes through. Before Locust starts, the scenario is checked here
+(a bad file is one line and exit 2, not a traceback from inside Locust), the web UI is bound
+to 127.0.0.1 unless ``--web-host`` says otherwise, and ``--host`` defaults to the
+scenario's ``target.base_url``. Locust then runs in its own process: it patches the
+standard library with gevent at import, which loadgen's asyncio side must never see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+from loadgen.errors import UsageError
+from loadgen.locust.plan import LocustPlan, plan_for
+from loadgen.scenario.loader import load_scenario
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+SHAPEFILE = Path(__file__).with_name("locustshape.py")
+
+
+def locustfile(shape: bool) -> Path:
+    return SHAPEFILE if shape else LOCUSTFILE
+
+
+def _prescan(args: list[str]) -> argparse.Namespace:
+    """The few Locust options loadgen looks at; everything else is Locust's business."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--scenario")
+    pre.add_argument("--set", dest="sets", action="append", default=[])
+    pre.add_argument("-H", "--host")
+    pre.add_argument("-f", "--locustfile")
+    pre.add_argument("--web-host")
+    pre.add_argument("--loadgen-out")
+    pre.add_argument("--worker", action="store_true")
+    known, _ = pre.parse_known_args(args)
+    return known
+
+
+def locust_command(args: list[str], *, shape: bool = False, out: Path | None = None) -> tuple[list[str], LocustPlan]:
+    """The ``python -m locust`` command line for ``loadgen locust ARGS``, and the checked plan."""
+    opts = _prescan(args)
+    if opts.scenario is None:
+        raise UsageError("--scenario: give a loadgen scenario file, e.g. --scenario scenarios/chat.yaml")
+    plan = plan_for(load_scenario(opts.scenario, opts.sets), opts.scenario)
+    extra: list[str] = []
+    if opts.locustfile is None:
+        extra += ["-f", str(locustfile(shape))]
+    elif shape:
+        raise UsageError("--shape uses loadgen's shape locustfile; drop -f, or add ScenarioSteps to your own file")
+    if opts.host is None and not opts.worker:
+        base_url = plan.scenario.target.base_url
+        if base_url is None:
+            raise UsageError(
+                f"--host: give the server's base URL (e.g. --host http://127.0.0.1:8000/v1), or set "
+                f"target.base_url in {opts.scenario}"
+            )
+        extra += ["--host", base_url]
+    if opts.web_host is None and not opts.worker:
+        extra += ["--web-host", "127.0.0.1"]
+    if out is not None:
+        if opts.loadgen_out is not None:
+            raise UsageError("--out and --loadgen-out name the same run directory; give one")
+        if opts.worker:
+            raise UsageError("--out: a worker sends its records to the master; give --out to the master")
+        extra += ["--loadgen-out", str(out)]
+    return [sys.executable, "-m", "locust", *args, *extra], plan
+
+
+def run_child(cmd: list[str]) -> int:
+    """Run Locust and wait for it; SIGTERM / SIGHUP sent to loadgen are passed on, so Locust
+    stops (writing its stats and loadgen's run directory) and never outlives loadgen.
+    Ctrl-C reaches both already (one process group)."""
+    proc = subprocess.Popen(cmd)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                continue  # Locust got the same Ctrl-C: let it write its stats and stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

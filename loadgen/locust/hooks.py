@@ -1,0 +1,195 @@
+"""loadgen's Locust event listeners (registered on import): its command-line options, the
+run directory on the master, records shipped from workers, the final CSVs, and the "LLM"
+tab of the web UI.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+from locust import __version__ as locust_version
+from locust import events
+from locust.argument_parser import LocustArgumentParser
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
+
+from loadgen.errors import LoadgenError
+from loadgen.locust.plan import RunDirSink
+from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log
+from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, rows_csv
+from loadgen.results.rundir import base_provenance
+
+
+@events.init_command_line_parser.add_listener
+def _arguments(parser: LocustArgumentParser) -> None:
+    parser.add_argument("--scenario", default=None, include_in_web_ui=False,
+                       help="loadgen scenario file: workload, sampling, API, timeouts, concurrency steps")
+    parser.add_argument("--set", dest="loadgen_set", action="append", default=None, include_in_web_ui=False,
+                       help="override a scenario key: dotted.key=value (repeatable)")
+    parser.add_argument("--loadgen-out", default=None, include_in_web_ui=False,
+                       help="also write loadgen's run directory here (records.jsonl, summary.json)")
+    parser.add_argument("--step-time", type=float, default=None, include_in_web_ui=False,
+                       help="seconds per concurrency step of the ScenarioSteps shape (default: "
+                       "the scenario's load.duration_s, else 60)")
+
+
+@events.init.add_listener
+def _init(environment: Environment, **_: Any) -> None:
+    STATE.env = environment
+    opts = environment.parsed_options
+    source = getattr(opts, "scenario", None)
+    if not isinstance(source, str):
+        _fail("--scenario: give a loadgen scenario file, e.g. --scenario scenarios/chat.yaml")
+        return
+    try:
+        STATE.load(source, list(getattr(opts, "loadgen_set", None) or []))
+    except LoadgenError as exc:
+        _fail(str(exc))
+    if isinstance(environment.runner, WorkerRunner):
+        return
+    out = getattr(opts, "loadgen_out", None)
+    if out:
+        assert STATE.plan is not None
+        provenance = base_provenance(STATE.plan.scenario) | {
+            "client": "locust", "locust_version": locust_version, "base_url": environment.host,
+            "clock_base_ns": BASE_NS, "clock_base_epoch_ns": BASE_EPOCH_NS,
+            "clock": "perf_counter per process; workers' records moved onto the master's clock by wall-clock bases",
+        }
+        try:
+            STATE.sink = RunDirSink(Path(out), STATE.plan, provenance)
+        except LoadgenError as exc:
+            _fail(str(exc))
+    if environment.web_ui is not None:
+        _extend_web_ui(environment)
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(2)
+
+
+@events.test_start.add_listener
+def _test_start(environment: Environment, **_: Any) -> None:
+    STATE.stopping = False
+    opts = environment.parsed_options
+    source = getattr(opts, "scenario", None)
+    overrides = list(getattr(opts, "loadgen_set", None) or [])
+    if source is not None and (source, overrides) != (STATE.source, STATE.overrides):
+        STATE.load(source, overrides)  # a worker given the master's scenario
+
+
+@events.test_stopping.add_listener
+def _test_stopping(**_: Any) -> None:
+    STATE.stopping = True
+
+
+@events.report_to_master.add_listener
+def _report_to_master(client_id: str, data: dict[str, Any]) -> None:
+    data["loadgen"] = {"records": STATE.pending, "base_epoch_ns": BASE_EPOCH_NS, "model": STATE.model}
+    STATE.pending = []
+
+
+@events.worker_report.add_listener
+def _worker_report(client_id: str, data: dict[str, Any]) -> None:
+    env = STATE.env
+    payload = data.get("loadgen")
+    if payload is None or env is None or not isinstance(env.runner, MasterRunner):
+        return
+    STATE.merge(env.runner.get_worker_index(client_id) + 1, payload)
+
+
+@events.reset_stats.add_listener
+def _reset_stats(**_: Any) -> None:
+    STATE.live.reset()
+
+
+@events.quit.add_listener
+def _quit(**_: Any) -> None:
+    """The very end (users stopped, in-flight requests recorded as cancelled, workers' last
+    reports in): LLM totals to the log, final CSVs, and the run directory's summary."""
+    environment = STATE.env
+    if environment is None or isinstance(environment.runner, WorkerRunner) or STATE.closed:
+        return
+    STATE.closed = True
+    rows = STATE.rows(users=STATE.peak_users)  # the users are stopped by now: per user of the peak
+    for row in rows:
+        log.info(
+            "loadgen LLM %-9s requests %d, failures %d (%s), output tokens %d, output tok/s %.1f, "
+            "decode tok/s per stream %s", row["name"], row["requests"], row["failures"],
+            row["failure_classes"], row["output_tokens"], row["output_tok_s"], row["stream_tok_s"],
+        )
+    opts = environment.parsed_options
+    csv_prefix = getattr(opts, "csv_prefix", None)
+    if csv_prefix:
+        _final_csv(environment, csv_prefix)
+        Path(f"{csv_prefix}_llm.csv").write_text(rows_csv(rows))
+    if STATE.sink is not None and STATE.plan is not None:
+        users = STATE.plan.steps if STATE.used_shape else (max(STATE.peak_users, 1),)
+        server = {"backend": None, "base_url": environment.host, "launched": False, "client": "locust"}
+        STATE.sink.provenance["model"] = STATE.model
+        STATE.sink.provenance["workers"] = (
+            environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
+        )
+        STATE.sink.close(users, interrupted=False, server=server)
+        log.info("loadgen: run directory %s (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
+
+
+def _final_csv(environment: Environment, prefix: str) -> None:
+    """Locust's --csv files as of the end of the run.
+
+    Locust rewrites them once a second from a background greenlet, so the requests that
+    finish in the last second (those the stop timeout let complete) were missing from them.
+    """
+    writer = StatsCSV(environment, PERCENTILES_TO_REPORT)
+    for suffix, write in (
+        ("_stats.csv", writer.requests_csv),
+        ("_failures.csv", writer.failures_csv),
+        ("_exceptions.csv", writer.exceptions_csv),
+    ):
+        path = Path(prefix + suffix)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", newline="") as f:
+            write(csv.writer(f))
+        tmp.replace(path)
+
+
+def _extend_web_ui(environment: Environment) -> None:
+    """An "LLM" tab (tokens/s per worker and in total), /llm/stats as JSON and CSV."""
+    from flask import Response, jsonify, request
+
+    web_ui = environment.web_ui
+    assert web_ui is not None
+    assert web_ui.app is not None
+    web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": "llm"}]
+    web_ui.template_args["extended_tables"] = [
+        {"key": "llm", "structure": [{"key": k, "title": title} for k, title in CSV_COLUMNS]}
+    ]
+    web_ui.template_args["extended_csv_files"] = [
+        {"href": "./llm/stats/csv", "title": "Download LLM statistics CSV (tokens/s per worker and total)"}
+    ]
+
+    @web_ui.app.after_request
+    def _add_llm_stats(response: Response) -> Response:
+        if request.path.endswith("/stats/requests") and response.is_json:
+            data = response.get_json()
+            data["extended_stats"] = [{"key": "llm", "data": STATE.rows()}]
+            response.set_data(orjson.dumps(data))
+        return response
+
+    @web_ui.app.route("/llm/stats")
+    @web_ui.auth_required_if_enabled
+    def _llm_stats() -> Any:
+        return jsonify({"entries": list(ENTRIES), "rows": STATE.rows(), "users": environment.runner.user_count
+                        if environment.runner is not None else 0})
+
+    @web_ui.app.route("/llm/stats/csv")
+    @web_ui.auth_required_if_enabled
+    def _llm_stats_csv() -> Response:
+        return Response(rows_csv(STATE.rows()), mimetype="text/csv",
+                        headers={"Content-Disposition": "attachment;filename=llm_stats.csv"})

@@ -1,0 +1,127 @@
+"""What a scenario asks of Locust (one workload, concurrency steps for the shape), the
+clock and numbering of records merged from workers, and the run directory a Locust run
+writes. ``loadgen locust`` validates with these before it starts Locust; the Locust process
+uses them while it runs. Nothing here needs gevent or Locust.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgen.errors import ScenarioError
+from loadgen.report.summary import render_markdown
+from loadgen.results.records import RECORD_TIMES, RequestRecord
+from loadgen.results.rundir import RunDirWriter, build_summary_from_dir
+from loadgen.scenario.matrix import expand_cells, points
+from loadgen.scenario.overrides import apply_overrides
+from loadgen.scenario.schema import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class LocustPlan:
+    """What a scenario asks of Locust: one workload, and concurrency steps for the shape."""
+
+    scenario: Scenario
+    input_tokens: int
+    output_tokens: int
+    steps: tuple[int, ...]  # users per step of the load shape (the scenario's concurrency sweep)
+    step_s: float | None  # load.duration_s: how long each step lasts, when the scenario says
+
+
+def plan_for(scenario: Scenario, source: str) -> LocustPlan:
+    """Check that a scenario describes load Locust can apply; the error names the field."""
+    if len(points(scenario, source)) > 1:
+        raise ScenarioError(
+            f"{source}: matrix -> Locust runs one server and workload; drop the matrix or pick a "
+            "point with --set"
+        )
+    w, ld = scenario.workload, scenario.load
+    for key, values in (("input_tokens", w.input_tokens), ("output_tokens", w.output_tokens)):
+        if len(values) > 1:
+            raise ScenarioError(
+                f"{source}: workload.{key} -> Locust runs one input and one output length; pick one, "
+                f"e.g. --set workload.{key}={values[0]}"
+            )
+    if any(r is not None for r in ld.rate):
+        raise ScenarioError(
+            f"{source}: load.rate -> Locust users are closed-loop (each sends its next request when "
+            "the last one ends); remove load.rate and set users with -u or load.concurrency"
+        )
+    steps = tuple(c for c in ld.concurrency if isinstance(c, int))
+    if len(steps) != len(ld.concurrency):
+        raise ScenarioError(
+            f"{source}: load.concurrency -> 'unlimited' is not a number of Locust users; give numbers"
+        )
+    return LocustPlan(scenario, w.input_tokens[0], w.output_tokens[0], steps, ld.duration_s)
+
+
+def locust_scenario(plan: LocustPlan, users: tuple[int, ...]) -> Scenario:
+    """The scenario a Locust run's directory holds: its concurrency is the users it ran with
+    (the shape's steps, or the peak user count of a run without a shape)."""
+    data = plan.scenario.model_dump(mode="json", exclude_unset=True)
+    data = apply_overrides(data, [], {"load.concurrency": list(users), "load.warmup_requests": 0})
+    return Scenario.model_validate(data)
+
+
+def rebase(line: bytes, shift_s: float, request_id: int, worker: int) -> RequestRecord:
+    """A worker's record moved onto the master's clock (``shift_s`` = worker base - master base),
+    numbered in the master's sequence and tagged with the worker's index."""
+    data = orjson.loads(line)
+    for key in RECORD_TIMES:
+        if data.get(key) is not None:
+            data[key] += shift_s
+    data["request_id"] = request_id
+    data["worker"] = worker
+    return RequestRecord.from_dict(data)
+
+
+class StepClock:
+    """Which cell a request belongs to: the shape step in force when it was sent."""
+
+    def __init__(self) -> None:
+        self._starts: list[float] = []
+
+    def step_started(self, at_s: float) -> None:
+        self._starts.append(at_s)
+
+    def cell_of(self, sent_at: float | None) -> int:
+        if not self._starts or sent_at is None:
+            return 0
+        return max(0, bisect.bisect_right(self._starts, sent_at) - 1)
+
+
+
+class RunDirSink:
+    """loadgen's run directory written from a Locust run (on the master, or the one process):
+    records appended as they arrive, summary and report re-derived from them at the end."""
+
+    def __init__(self, run_dir: Path, plan: LocustPlan, provenance: dict[str, Any]) -> None:
+        self.out = RunDirWriter(run_dir)
+        self.run_dir, self.plan, self.provenance = run_dir, plan, provenance
+        self.out.write_provenance(provenance)
+        self.cells_seen: set[int] = set()
+
+    def add(self, record: RequestRecord) -> None:
+        self.out.records.write(record)
+        self.cells_seen.add(record.cell)
+
+    def close(self, users: tuple[int, ...], *, interrupted: bool, server: dict[str, Any]) -> dict[str, Any]:
+        """Write the scenario, cell statuses, summary and report; returns the summary."""
+        scenario = locust_scenario(self.plan, users)
+        self.out.write_scenario(scenario)
+        for cell in expand_cells(scenario):
+            if cell.index in self.cells_seen:
+                self.out.cells.write({"cell": cell.index, "status": "done", "reason": None, "server": server})
+        self.out.close()
+        self.provenance["end_wall"] = datetime.now(UTC).isoformat()
+        self.out.write_provenance(self.provenance)
+        summary = build_summary_from_dir(self.run_dir, scenario)
+        summary["interrupted"] = interrupted
+        self.out.write_summary(summary, render_markdown(summary))
+        return summary

@@ -1,0 +1,130 @@
+"""This Locust process's share of a run: the plan, the request pool, live statistics and
+where records go (the master's run directory, or the master for a worker).
+
+Clock: every process reads ``perf_counter_ns`` against its own base, taken together with the
+wall clock at import. Records carry times on their process's clock; the master moves a
+worker's records onto its own clock by the difference of the two wall-clock bases (exact on
+one host; across hosts as good as their clock synchronisation).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+import gevent
+from gevent.lock import Semaphore
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from loadgen.locust.plan import LocustPlan, RunDirSink, StepClock, plan_for, rebase
+from loadgen.locust.stats import LiveStats
+from loadgen.locust.transport import Workbench, build_workbench
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.loader import load_scenario
+
+log = logging.getLogger("loadgen")
+
+BASE_NS = time.perf_counter_ns()
+BASE_EPOCH_NS = time.time_ns()
+# the master sees a worker's records this late (Locust's worker report interval)
+REPORT_LAG_S = 3.0
+
+
+def now_s() -> float:
+    return (time.perf_counter_ns() - BASE_NS) / 1e9
+
+
+class _State:
+    """This process's share of the run: the plan, the workbench, and where records go."""
+
+    def __init__(self) -> None:
+        self.env: Environment | None = None
+        self.source: str | None = None
+        self.overrides: list[str] = []
+        self.plan: LocustPlan | None = None
+        self.bench: Workbench | None = None
+        self._bench_lock = Semaphore()
+        self.request_ids = itertools.count()
+        self.pending: list[bytes] = []  # a worker's records not yet sent to the master
+        self.live = LiveStats()
+        self.steps = StepClock()
+        self.sink: RunDirSink | None = None
+        self.peak_users = 0
+        self.used_shape = False
+        self.model: str | None = None
+        self.closed = False
+        self.failed = False
+        # set when Locust starts stopping the test: a user between two requests sends no more
+        # (Locust kills waiting users, and its kill can land after the next request was sent)
+        self.stopping = False
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def load(self, source: str, overrides: list[str]) -> None:
+        scenario = load_scenario(source, overrides)
+        self.plan = plan_for(scenario, source)
+        self.source, self.overrides = source, overrides
+        self.bench = None
+
+    def workbench(self, host: str) -> Workbench:
+        """The request pool for ``host`` (model resolved, text calibrated), built by the first user."""
+        with self._bench_lock:
+            if self.bench is None or self.bench.host != host:
+                assert self.plan is not None
+                self.bench = build_workbench(self.plan, host)
+                self.model = self.bench.model
+            return self.bench
+
+    def give_up(self, message: str) -> None:
+        """Nothing can be sent (no server, no model): say it once and end the test."""
+        if self.failed:
+            return
+        self.failed = True
+        log.error("error: %s", message)
+        env = self.env
+        if env is not None and env.runner is not None:
+            env.process_exit_code = 2
+            gevent.spawn(env.runner.quit)
+
+    # -- records --------------------------------------------------------------------------------
+    def take(self, record: RequestRecord) -> None:
+        """A record of this process's users: kept for the master (worker) or counted here."""
+        env = self.env
+        if env is not None and isinstance(env.runner, WorkerRunner):
+            self.pending.append(record.to_json())
+            return
+        self.count(replace(record, cell=self.steps.cell_of(record.sent_at)))
+
+    def count(self, record: RequestRecord) -> None:
+        if self.closed:
+            return  # after the run directory was written (nothing is sent by then)
+        self.live.add(record)
+        if self.sink is not None:
+            self.sink.add(record)
+        if self.env is not None and self.env.runner is not None:
+            self.peak_users = max(self.peak_users, self.env.runner.user_count)
+
+    def merge(self, worker: int, data: dict[str, Any]) -> None:
+        """The master: a worker's report -> its records on the master's clock."""
+        shift = (data["base_epoch_ns"] - BASE_EPOCH_NS) / 1e9
+        self.model = self.model or data.get("model")
+        for line in data["records"]:
+            record = rebase(line, shift, next(self.request_ids), worker)
+            self.count(replace(record, cell=self.steps.cell_of(record.sent_at)))
+
+    def rows(self, users: int | None = None) -> list[dict[str, Any]]:
+        """The LLM table now; ``users`` defaults to the users running now."""
+        runner = self.env.runner if self.env is not None else None
+        lag = REPORT_LAG_S if isinstance(runner, MasterRunner) else 0.0
+        if users is None:
+            users = runner.user_count if runner is not None else 0
+        return self.live.rows(now_s(), users, lag)
+
+
+STATE = _State()
+
+
+STATE = _State()

@@ -1,0 +1,140 @@
+"""Live LLM statistics of a Locust run, from its records: requests, failures by class,
+tokens, output tokens/s over the run and the last seconds, per user and per stream. The
+"LLM" tab, ``/llm/stats`` and ``PREFIX_llm.csv`` show them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.results.records import RequestRecord
+
+# the request_type of loadgen's entries in Locust's statistics
+LLM = "LLM"
+ENTRIES: tuple[str, ...] = ("TTFT", "TPOT", "ITL", "E2E")
+
+
+@dataclass
+class _Counts:
+    requests: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    first_sent: float | None = None
+    last_done: float | None = None
+    decode_s: float = 0.0  # sum over streams of (last token - first token)
+    decode_tokens: int = 0  # sum over streams of (output tokens - 1)
+    failures: Counter[str] = field(default_factory=Counter)
+
+    def add(self, r: RequestRecord) -> None:
+        if r.error == "cancelled":
+            self.cancelled += 1
+            return
+        self.requests += 1
+        if r.sent_at is not None:
+            self.first_sent = r.sent_at if self.first_sent is None else min(self.first_sent, r.sent_at)
+        if r.done_at is not None:
+            self.last_done = r.done_at if self.last_done is None else max(self.last_done, r.done_at)
+        if not r.ok:
+            self.failed += 1
+            self.failures[r.error or ""] += 1
+            return
+        self.output_tokens += r.output_tokens
+        self.prompt_tokens += r.prompt_tokens or r.input_tokens or 0
+        if r.first_token_at is not None and r.last_token_at is not None and r.output_tokens > 1:
+            self.decode_s += r.last_token_at - r.first_token_at
+            self.decode_tokens += r.output_tokens - 1
+
+
+class LiveStats:
+    """Output tokens per second, overall and over the last ``window_s``, per worker and in
+    total, from records as they arrive (the master's view merges every worker's records).
+
+    Tokens are counted when their chunk arrived, so the windowed rate is the rate tokens
+    streamed, not the rate requests finished.
+    """
+
+    def __init__(self, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self._by_worker: dict[int, _Counts] = defaultdict(_Counts)
+        self._total = _Counts()
+        self._buckets: Counter[int] = Counter()  # whole second of the run -> tokens streamed
+
+    def add(self, r: RequestRecord) -> None:
+        self._total.add(r)
+        self._by_worker[r.worker].add(r)
+        if r.ok and r.sent_at is not None:
+            for offset, n in zip(r.chunk_offsets_s, r.chunk_tokens, strict=True):
+                self._buckets[int(r.sent_at + offset)] += n
+
+    def reset(self) -> None:
+        self._by_worker.clear()
+        self._total = _Counts()
+        self._buckets.clear()
+
+    def recent_rate(self, now_s: float, lag_s: float = 0.0) -> float:
+        """Tokens/s streamed in the ``window_s`` whole seconds before ``now_s - lag_s`` (fewer
+        when the run is younger than that)."""
+        end = int(now_s - lag_s)
+        first = self._total.first_sent
+        if first is None:
+            return 0.0
+        # early in a run the window holds only the seconds since the first request
+        start = max(end - int(self.window_s), int(first))
+        if end <= start:
+            return 0.0
+        return sum(self._buckets.get(s, 0) for s in range(start, end)) / (end - start)
+
+    def rows(self, now_s: float, users: int, lag_s: float = 0.0) -> list[dict[str, Any]]:
+        """One row per worker (distributed runs) and a ``Total`` row."""
+        out = []
+        if len(self._by_worker) > 1 or any(k != 0 for k in self._by_worker):
+            out += [_row(f"worker {k}", c, None, None) for k, c in sorted(self._by_worker.items())]
+        recent = self.recent_rate(now_s, lag_s)
+        out.append(_row("Total", self._total, recent, users))
+        return out
+
+
+def _row(name: str, c: _Counts, recent: float | None, users: int | None) -> dict[str, Any]:
+    span = (c.last_done - c.first_sent) if c.first_sent is not None and c.last_done is not None else 0.0
+    overall = c.output_tokens / span if span > 0 else 0.0
+    return {
+        "name": name,
+        "requests": c.requests,
+        "failures": c.failed,
+        "failure_classes": ", ".join(f"{k} {v}" for k, v in sorted(c.failures.items())) or "-",
+        "output_tokens": c.output_tokens,
+        "prompt_tokens": c.prompt_tokens,
+        "output_tok_s": round(overall, 1),
+        "recent_tok_s": None if recent is None else round(recent, 1),
+        "tok_s_per_user": round(recent / users, 1) if recent is not None and users else None,
+        "stream_tok_s": round(c.decode_tokens / c.decode_s, 1) if c.decode_s > 0 else None,
+    }
+
+
+CSV_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("name", "Name"),
+    ("requests", "Requests"),
+    ("failures", "Failures"),
+    ("failure_classes", "Failure classes"),
+    ("output_tokens", "Output tokens"),
+    ("prompt_tokens", "Prompt tokens"),
+    ("output_tok_s", "Output tok/s (whole run)"),
+    ("recent_tok_s", "Output tok/s (last 10 s)"),
+    ("tok_s_per_user", "Output tok/s per user"),
+    ("stream_tok_s", "Decode tok/s per stream"),
+)
+
+
+def rows_csv(rows: list[dict[str, Any]]) -> str:
+    lines = [",".join(f'"{title}"' for _, title in CSV_COLUMNS)]
+    for row in rows:
+        cells = []
+        for key, _ in CSV_COLUMNS:
+            v = row.get(key)
+            cells.append(f'"{v}"' if isinstance(v, str) else ("" if v is None else str(v)))
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,161 @@
+"""The Locust user's HTTP side, on geventhttpclient: one keep-alive connection per user, the
+model lookup and calibration probes of a run, and one streaming request read to its end
+into loadgen's stream accounting (``loadgen.load.stream``), with loadgen's timeouts and
+failure classes. Never raises for a failed request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import gevent
+import orjson
+from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from geventhttpclient.url import URL
+
+from loadgen.errors import LoadgenError
+from loadgen.load.stream import StreamState, error_snippet
+from loadgen.load.target import pick_model
+from loadgen.locust.plan import LocustPlan
+from loadgen.results.records import FailureClass
+from loadgen.scenario.matrix import Cell
+from loadgen.scenario.schema import Timeouts
+from loadgen.workload.payload import ENDPOINTS, PreparedRequest, api_key, auth_headers
+from loadgen.workload.prompts import (
+    TextCalibration,
+    calibration_from,
+    calibration_probes,
+    needs_calibration,
+    prepare_requests,
+)
+
+
+@dataclass
+class Workbench:
+    """What the users of one process send: built once per (host, scenario) before the first request."""
+
+    host: str
+    path: str
+    headers: dict[str, str]
+    timeouts: Timeouts
+    model: str
+    pool: list[PreparedRequest]
+    calibration: TextCalibration
+    next_prompt: itertools.count[int] = field(default_factory=itertools.count)
+
+
+def build_workbench(plan: LocustPlan, host: str) -> Workbench:
+    target = plan.scenario.target
+    base = host.rstrip("/")
+    url = URL(base + ENDPOINTS[target.api])
+    headers = {**auth_headers(target, api_key(target)), "Accept-Encoding": "identity"}
+    t = target.timeouts
+    http = open_client(url, t)
+    try:
+        model = target.model
+        if model == "auto":
+            model = fetch_model(http, URL(base + "/models"), headers)
+        calibration = TextCalibration()
+        if needs_calibration(plan.scenario):
+            points = []
+            for words, body in calibration_probes(plan.scenario, model):
+                st = StreamState()
+                stream_request(http, url.request_uri, body, headers, t, st)
+                points.append((words, st.prompt_tokens))
+            calibration = calibration_from(points)
+    finally:
+        http.close()
+    cell = Cell(0, plan.input_tokens, plan.output_tokens, None, None, plan.scenario)
+    pool = prepare_requests(plan.scenario, cell, model, calibration)
+    return Workbench(base, url.request_uri, headers, t, model, pool, calibration)
+
+
+def open_client(url: URL, t: Timeouts) -> HTTPClient:
+    # one connection per user, kept alive: the asyncio client's model
+    return HTTPClient.from_url(
+        url, concurrency=1,
+        connection_timeout=t.connect_s or 3600.0, network_timeout=t.between_tokens_s or 3600.0,
+    )
+
+
+def fetch_model(http: HTTPClient, url: URL, headers: dict[str, str]) -> str:
+    """The first model the server lists (``target.model: auto``)."""
+    try:
+        resp = http.get(url.request_uri, headers=headers)
+        body = resp.read()
+    except (OSError, HTTPConnectionClosed, HTTPParseError) as exc:
+        raise LoadgenError(f"{url}: cannot reach the server ({exc}); check --host") from exc
+    if resp.status_code >= 400:
+        raise LoadgenError(f"{url}: HTTP {resp.status_code}; is --host the server's /v1 base URL?")
+    try:
+        models = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise LoadgenError(f"{url}: not an OpenAI /models answer; is --host the /v1 base URL?") from exc
+    return pick_model(models, "auto", str(url))
+
+
+def stream_request(
+    http: HTTPClient, path: str, body: bytes, headers: dict[str, str], t: Timeouts, st: StreamState
+) -> tuple[FailureClass | None, str | None]:
+    """Send one streaming request and read it to the end into ``st``; never raises for a
+    failed request. A ``gevent.GreenletExit`` (Locust stopping the user) propagates with
+    ``st`` filled so far.
+    """
+    limits = [x for x in (t.first_token_s, t.total_s) if x is not None]
+    timer = gevent.Timeout(min(limits)) if limits else None
+    resp = None
+    now = time.perf_counter_ns
+    error: FailureClass | None = None
+    detail: str | None = None
+    if timer is not None:
+        timer.start()
+    try:
+        st.sent_ns = now()
+        resp = http.request("POST", path, body=body, headers=headers)
+        st.status = resp.status_code
+        if st.status >= 400:
+            error, detail = "http_status", error_snippet(resp.read())
+            st.done_ns = now()
+            return error, detail
+        readline = resp.readline
+        while True:
+            line = readline(b"\n")
+            if not line:
+                rest = resp.read()  # a last line the server did not end with LF
+                if rest:
+                    st.feed(rest, now())
+                break
+            had_token = bool(st.chunk_ns)
+            if st.feed(line, now()) and st.outcome != (None, None):
+                break  # a failure: stop reading (the connection is closed, not reused)
+            if not had_token and st.chunk_ns and timer is not None:
+                timer.cancel()  # the first token is in: only the total timeout applies now
+                timer = None
+                if t.total_s is not None:
+                    timer = gevent.Timeout(max(t.total_s - (now() - st.sent_ns) / 1e9, 0.0))
+                    timer.start()
+        error, detail = st.end(now())
+    except gevent.Timeout as exc:
+        if exc is not timer:
+            raise
+        error, detail = "timeout", "first token" if not st.chunk_ns else "total"
+    except TimeoutError as exc:  # the socket's connect or read timeout
+        error = "timeout"
+        detail = "connect or response headers" if resp is None else f"between tokens ({exc})"
+    except (HTTPConnectionClosed, HTTPParseError, ConnectionResetError, BrokenPipeError) as exc:
+        error = "reset" if st.status is None else "stream_cut"
+        detail = str(exc) or type(exc).__name__
+    except OSError as exc:  # refused, unreachable, name not resolved
+        error = "connect" if st.status is None else "stream_cut"
+        detail = str(exc) or type(exc).__name__
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if resp is not None:
+            resp.release()
+    if st.done_ns is None and error is not None:
+        st.done_ns = now()
+    return error, detail

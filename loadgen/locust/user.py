@@ -1,0 +1,143 @@
+"""loadgen's Locust user: streams the scenario's completions or chat requests and reports
+TTFT, TPOT, ITL and E2E latency as Locust entries; merges LLM metrics and records on the master.
+
+Imported only inside a Locust process (Locust patches the standard library with gevent at
+import; ``loadgen locust`` starts that process). It shares loadgen's pure parts -- scenario
+loading, prompts and payloads, the SSE parser and stream accounting, records and metrics --
+and never imports the asyncio client. Importing it registers loadgen's Locust event
+listeners (``loadgen.locust.hooks``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gevent
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from geventhttpclient.url import URL
+from locust import LoadTestShape, User, constant, task
+from locust.env import Environment
+from locust.exception import StopUser
+
+from loadgen.errors import LoadgenError
+from loadgen.load.stream import StreamState
+from loadgen.locust import hooks
+from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log, now_s
+from loadgen.locust.stats import LLM
+from loadgen.locust.transport import Workbench, open_client, stream_request
+from loadgen.results.metrics import itl_values, tpot
+from loadgen.results.records import RequestRecord
+
+__all__ = ["LLMUser", "ScenarioSteps", "STATE", "LLMRequestFailed", "hooks"]
+
+
+class LLMRequestFailed(Exception):
+    """A failed request as Locust shows it: ``<failure class>: <detail>``."""
+
+
+def report(env: Environment, record: RequestRecord, elapsed_ms: float) -> None:
+    """The record as Locust request events: TTFT, TPOT, ITL (one per gap) and E2E."""
+    if record.error == "cancelled":
+        return  # the run stopped it; kept in records.jsonl, not a failure of the server
+    fire = env.events.request.fire
+    start = BASE_EPOCH_NS / 1e9 + (record.sent_at or 0.0)
+    if not record.ok:
+        exc = LLMRequestFailed(f"{record.error}: {(record.error_detail or '')[:160]}")
+        fire(request_type=LLM, name="E2E", response_time=elapsed_ms, response_length=record.output_tokens,
+             exception=exc, context={}, start_time=start)
+        return
+    sent = record.sent_at or 0.0
+    if record.first_token_at is not None:
+        fire(request_type=LLM, name="TTFT", response_time=(record.first_token_at - sent) * 1e3,
+             response_length=record.prompt_tokens or record.input_tokens or 0, exception=None,
+             context={}, start_time=start)
+    t = tpot(record)
+    if t is not None:
+        fire(request_type=LLM, name="TPOT", response_time=t * 1e3, response_length=record.output_tokens,
+             exception=None, context={}, start_time=start)
+    for gap, n in zip(itl_values(record), record.chunk_tokens[1:], strict=True):
+        fire(request_type=LLM, name="ITL", response_time=float(gap) * 1e3, response_length=n,
+             exception=None, context={}, start_time=start)
+    fire(request_type=LLM, name="E2E", response_time=elapsed_ms, response_length=record.output_tokens,
+         exception=None, context={}, start_time=start)
+
+
+class LLMUser(User):
+    """One closed-loop stream: sends the scenario's next prompt as soon as the last one ends."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self.bench: Workbench | None = None
+        try:
+            if self.host is None:
+                raise LoadgenError("--host: give the server's base URL, e.g. --host http://127.0.0.1:8000/v1")
+            self.bench = STATE.workbench(self.host)
+        except LoadgenError as exc:
+            STATE.give_up(str(exc))
+            return  # the task stops this user (Locust logs a traceback for a StopUser raised here)
+        self.http = open_client(URL(self.bench.host + self.bench.path), self.bench.timeouts)
+        # open the connection before the first measured request, so TTFT holds no TCP setup
+        try:
+            self.http.get(URL(self.bench.host + "/models").request_uri, headers=self.bench.headers).read()
+        except (OSError, HTTPConnectionClosed, HTTPParseError):
+            pass  # the first request records what is wrong
+
+    def on_stop(self) -> None:
+        if self.bench is not None:
+            self.http.close()
+
+    @task
+    def stream(self) -> None:
+        bench = self.bench
+        if bench is None:
+            raise StopUser()
+        if STATE.stopping:
+            return
+        req = bench.pool[next(bench.next_prompt) % len(bench.pool)]
+        request_id = next(STATE.request_ids)
+        t = bench.timeouts
+        st = StreamState(t.first_token_s, t.total_s)
+        try:
+            error, detail = stream_request(self.http, bench.path, req.body, bench.headers, bench.timeouts, st)
+        except gevent.GreenletExit:
+            if st.sent_ns:
+                STATE.take(st.record(req, request_id, st.sent_ns, BASE_NS, "cancelled", "run stopped"))
+            raise
+        record = st.record(req, request_id, st.sent_ns, BASE_NS, error, detail)
+        end = st.done_ns or time.perf_counter_ns()
+        report(self.environment, record, (end - st.sent_ns) / 1e6)
+        STATE.take(record)
+
+
+class ScenarioSteps(LoadTestShape):
+    """The scenario's concurrency sweep as steps: each step holds that many users for
+    ``load.duration_s`` seconds (``--step-time`` when the scenario gives none); each step
+    is one cell of the run directory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._step = -1
+
+    def tick(self) -> tuple[int, float] | None:
+        plan = STATE.plan
+        if plan is None:
+            return None
+        step_s = plan.step_s or _option("step_time", 60.0)
+        k = int(self.get_run_time() // step_s)
+        if k >= len(plan.steps):
+            return None
+        if k != self._step:
+            self._step = k
+            STATE.used_shape = True
+            STATE.steps.step_started(now_s())
+            log.info("loadgen: step %d/%d, %d users", k + 1, len(plan.steps), plan.steps[k])
+        users = plan.steps[k]
+        return users, float(max(users, 1))
+
+
+def _option(name: str, default: Any) -> Any:
+    opts = STATE.env.parsed_options if STATE.env is not None else None
+    value = getattr(opts, name, None) if opts is not None else None
+    return default if value is None else value

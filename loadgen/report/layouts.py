@@ -1,0 +1,311 @@
+"""The published tables, built from run summaries: single-stream speed and memory (Qwen's speed
+benchmark), throughput (QPS and Tokens/s) and the cross-engine comparison (Speed X, Max mem %).
+
+Rows are plain dataclasses, so the same builders render a run's figures and, in the reference
+round-trip test, the documents' own rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from loadgen.report.tables import Table
+from loadgen.servers.catalogue import load_catalogue, resolve_setting
+
+QUANT_LABELS: dict[str, str] = {
+    "bf16": "BF16", "fp16": "FP16", "fp32": "FP32", "gptq-int8": "GPTQ-Int8", "gptq-int4": "GPTQ-Int4",
+    "awq": "AWQ", "fp8": "FP8", "auto": "Auto",
+}
+ENGINE_LABELS: dict[str, str] = {
+    "transformers": "Transformer", "vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llamacpp": "llama.cpp",
+    "sim": "loadgen sim",
+}
+SOFTWARE_LABELS: dict[str, str] = {**ENGINE_LABELS, "transformers": "HF Transformers"}
+PREALLOCATING = ("vllm", "sglang", "tgi")
+GIB = float(1 << 30)
+
+
+def model_label(server: dict[str, Any]) -> str:
+    """``Qwen2-7B-Instruct`` for a catalogued model; the last path part of anything else."""
+    name = str(server.get("model") or server.get("base_url") or "?")
+    entry = load_catalogue().get(name.lower())
+    if entry is not None:
+        return entry.hub.split("/")[-1]
+    return PurePath(str(server.get("checkpoint") or name)).name
+
+
+def cell_memory(cell: dict[str, Any]) -> tuple[float | None, str]:
+    """GiB for the memory column, or why there is none: the transformers engine's own peak
+    allocation (as the documents measure it), else what NVML saw the engine's processes hold."""
+    server = cell.get("server") or {}
+    gpu = cell.get("gpu_memory") or {}
+    peak = ((cell.get("server_metrics") or {}).get("engine_peak_allocated_bytes") or {}).get("max")
+    if server.get("device") == "cpu":
+        return None, "n/a (CPU)"
+    if server.get("backend") == "transformers" and peak:
+        return peak / GIB, ""
+    if gpu.get("available"):
+        return float(gpu["peak_gib_total"]), ""
+    return None, "n/a (no GPU)"
+
+
+def setting_label(name: str | None) -> str:
+    return "-" if name in (None, "default") else f"[Setting {name}]"
+
+
+def setting_footnote(name: str, model: str | None = None) -> str:
+    entry = load_catalogue().get((model or "").lower())
+    s = resolve_setting(name, entry)
+    title = "Default Setting" if s.name == "default" else f"Setting {s.name}"
+    return (
+        f"[{title}]=(gpu_memory_utilization={s.gpu_memory_utilization} "
+        f"max_model_len={s.max_model_len} enforce_eager={s.enforce_eager})"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedRow:
+    model: str
+    input_length: int
+    quantization: str
+    gpu_num: str
+    speed: float | None
+    memory_gib: float | None = None
+    memory_text: str = ""
+    note: str = ""
+    setting: str | None = None
+    speed_std: float | None = None
+
+
+def speed_rows(summary: dict[str, Any]) -> list[SpeedRow]:
+    """One row per single-stream cell (failed cells keep their row, with the reason as note)."""
+    key = "speed_total_tokens_per_s" if summary.get("speed") == "total" else "speed_tokens_per_s"
+    rows = []
+    for cell in summary["cells"]:
+        server = cell.get("server") or {}
+        m = cell.get("metrics")
+        dist = (m or {}).get(key) or {}
+        mem, mem_text = cell_memory(cell)
+        note = cell.get("note") or ""
+        if cell.get("status") == "failed":
+            note = f"failed: {cell.get('reason')}"[:60]
+        gpus = server.get("gpu_count")
+        rows.append(SpeedRow(
+            model=model_label(server), input_length=int(cell["params"]["input_tokens"]),
+            quantization=QUANT_LABELS.get(str(server.get("quant")), str(server.get("quant"))),
+            gpu_num="CPU" if server.get("device") == "cpu" else ("-" if gpus is None else str(gpus)),
+            speed=dist.get("mean"), speed_std=dist.get("std"), memory_gib=mem, memory_text=mem_text,
+            note=note, setting=server.get("setting"),
+        ))
+    return rows
+
+
+def _num(v: float | None, text: str = "-") -> str:
+    return text if v is None else f"{v:.2f}"
+
+
+def single_stream_table(
+    rows: list[SpeedRow],
+    *,
+    memory: bool = True,
+    extra: str | None = "Note",
+    spread: bool = False,
+    title: str = "",
+    footnotes: tuple[str, ...] = (),
+) -> Table:
+    """``Model | Input Length | Quantization | GPU Num | Speed(tokens/s) | GPU Memory(GB) | Note``;
+    ``extra`` is ``"Note"`` (free text), ``"Setting"`` (``[Setting N]`` / ``-``) or None."""
+    headers = ["Model", "Input Length", "Quantization", "GPU Num", "Speed(tokens/s)"]
+    if spread:
+        headers.append("Speed std")
+    if memory:
+        headers.append("GPU Memory(GB)")
+    if extra:
+        headers.append(extra)
+    body = []
+    for r in rows:
+        cells = [r.model, str(r.input_length), r.quantization, r.gpu_num, _num(r.speed)]
+        if spread:
+            cells.append(_num(r.speed_std))
+        if memory:
+            cells.append(_num(r.memory_gib, r.memory_text or "-"))
+        if extra == "Setting":
+            cells.append(setting_label(r.setting))
+        elif extra:
+            cells.append(r.note)
+        body.append(tuple(cells))
+    return Table(tuple(headers), tuple(body), group_columns=2, key_columns=4, title=title, footnotes=footnotes)
+
+
+def single_stream_tables(summary: dict[str, Any], *, spread: bool = False) -> list[Table]:
+    """The documents' layout: one table per model and engine, settings presets as footnotes."""
+    groups: dict[tuple[str, str], list[tuple[SpeedRow, dict[str, Any]]]] = {}
+    for row, cell in zip(speed_rows(summary), summary["cells"], strict=True):
+        engine = str((cell.get("server") or {}).get("backend"))
+        groups.setdefault((row.model, engine), []).append((row, cell))
+    tables = []
+    for (model, engine), items in groups.items():
+        rows = [r for r, _ in items]
+        server = items[0][1].get("server") or {}
+        settings = sorted({r.setting for r in rows if r.setting}, key=lambda s: (s != "default", s))
+        notes = []
+        if any(s != "default" for s in settings):
+            notes = [setting_footnote(s, server.get("model")) for s in ["default", *settings] if s]
+            notes = list(dict.fromkeys(notes))
+        if engine in PREALLOCATING:
+            kv = [
+                (c.get("server_metrics") or {}).get("kv_cache_usage", {}).get("max") for _, c in items
+            ]
+            kv_peak = max((k for k in kv if k is not None), default=None)
+            notes.append(
+                f"{ENGINE_LABELS.get(engine, engine)} pre-allocates its KV cache: GPU Memory is what its "
+                "processes hold (NVML)" + ("" if kv_peak is None else f"; peak KV-cache usage {kv_peak:.2%}")
+            )
+        has_note = any(r.note for r in rows)
+        extra = "Note" if has_note else ("Setting" if any(s != "default" for s in settings) else None)
+        title = f"-  {model} ({ENGINE_LABELS.get(engine, engine)})"
+        tables.append(single_stream_table(rows, extra=extra, spread=spread, title=title, footnotes=tuple(notes)))
+    return tables
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputRow:
+    model: str
+    quantization: str
+    prompts: int
+    qps: float | None
+    tokens_per_s: float | None
+    output_tokens_per_s: float | None = None
+
+
+def throughput_rows(summary: dict[str, Any]) -> list[ThroughputRow]:
+    rows = []
+    for cell in summary["cells"]:
+        server = cell.get("server") or {}
+        m = cell.get("metrics") or {}
+        rows.append(ThroughputRow(
+            model=model_label(server), quantization=QUANT_LABELS.get(quant := str(server.get("quant")), quant),
+            prompts=int(cell["params"].get("num_prompts") or m.get("requests") or 0),
+            qps=m.get("request_throughput"), tokens_per_s=m.get("total_token_throughput"),
+            output_tokens_per_s=m.get("output_throughput"),
+        ))
+    return rows
+
+
+def throughput_table(rows: list[ThroughputRow], *, output: bool = True, title: str = "") -> Table:
+    """``Model | Quantization | # Prompts | QPS | Tokens/s`` (+ output tokens/s alongside)."""
+    headers = ["Model", "Quantization", "# Prompts", "QPS", "Tokens/s"] + (["Output Tokens/s"] if output else [])
+    body = []
+    for r in rows:
+        cells = [r.model, r.quantization, str(r.prompts), _num(r.qps), _num(r.tokens_per_s)]
+        if output:
+            cells.append(_num(r.output_tokens_per_s))
+        body.append(tuple(cells))
+    return Table(tuple(headers), tuple(body), title=title)
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    software: str
+    settings: tuple[str, ...]
+    avg_tok_s: float | None
+    max_mem_mib: float | None
+    notes: str = ""
+
+
+MATCH_KEYS = ("input_tokens", "output_tokens", "concurrency", "rate", "num_prompts")
+
+
+def _match_key(cell: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(cell["params"].get(k) for k in MATCH_KEYS)
+
+
+def _avg_speed(cell: dict[str, Any], kind: str) -> float | None:
+    m = cell.get("metrics") or {}
+    if kind == "single-stream":
+        return (m.get("speed_tokens_per_s") or {}).get("mean")
+    value = m.get("output_throughput")
+    return float(value) if value is not None else None
+
+
+def compare_rows(
+    runs: list[tuple[str, dict[str, Any]]], baseline: tuple[str, dict[str, Any]]
+) -> tuple[list[CompareRow], int]:
+    """One row per (run, engine configuration), averaged over the cells whose parameters the
+    baseline also measured; returns the rows and the baseline row's index."""
+    def configs(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for cell in summary["cells"]:
+            if cell.get("status") == "done":
+                s = cell.get("server") or {}
+                key = repr(sorted((k, str(v)) for k, v in s.items() if k not in ("version", "gpus")))
+                out.setdefault(key, []).append(cell)
+        return out
+
+    base_name, base_summary = baseline
+    base_cfgs = configs(base_summary)
+    if not base_cfgs:
+        return [], -1
+    base_keys = {_match_key(c) for c in next(iter(base_cfgs.values()))}
+    rows: list[CompareRow] = []
+    base_index = -1
+    for name, summary in runs:
+        for i, cells in enumerate(configs(summary).values()):
+            common = [c for c in cells if _match_key(c) in base_keys]
+            if name == base_name and i == 0 and base_index < 0:
+                base_index = len(rows)
+            speeds = [v for c in common if (v := _avg_speed(c, summary.get("kind", "sweep"))) is not None]
+            mems = [m for c in common if (m := cell_memory(c)[0]) is not None]
+            s = common[0]["server"] if common else cells[0].get("server") or {}
+            notes = name
+            if s.get("version"):
+                notes += f", {SOFTWARE_LABELS.get(str(s.get('backend')), '')} {s['version']}"
+            if not common:
+                notes += ": no cell in common with the baseline"
+            if cells and not mems:
+                notes += f"; memory {cell_memory(cells[0])[1]}"
+            rows.append(CompareRow(
+                software=SOFTWARE_LABELS.get(str(s.get("backend")), str(s.get("backend"))),
+                settings=settings_lines(s),
+                avg_tok_s=sum(speeds) / len(speeds) if speeds else None,
+                max_mem_mib=max(mems) * 1024 if mems else None,
+                notes=notes,
+            ))
+    return rows, base_index
+
+
+def settings_lines(server: dict[str, Any]) -> tuple[str, ...]:
+    """004's Settings column: the dtype / quantization and each engine option that differs from a plain run."""
+    lines = [QUANT_LABELS.get(str(server.get("quant")), str(server.get("quant")))]
+    if server.get("backend") in ("vllm", "sglang"):
+        lines.append(f"tensor_parallel_size={server.get('tp', 1)}")
+    if server.get("backend") == "transformers" and server.get("attn"):
+        lines.append(f"attn_implementation={server['attn']}")
+    if server.get("setting") not in (None, "default"):
+        lines.append(f"Setting {server['setting']}")
+    if server.get("device") == "cpu":
+        lines.append("CPU")
+    return tuple(lines)
+
+
+def compare_table(rows: list[CompareRow], baseline: int) -> Table:
+    """``Software | Settings | Avg Tok/s | Max Mem | Speed X | Max mem % | Notes`` (Max Mem in MiB)."""
+    base = rows[baseline] if 0 <= baseline < len(rows) else None
+    body = []
+    for i, r in enumerate(rows):
+        speed_x = mem_pct = ""
+        if base is not None and base.avg_tok_s and r.avg_tok_s is not None:
+            speed_x = f"{r.avg_tok_s / base.avg_tok_s:.2f}"
+        if base is not None and base.max_mem_mib and r.max_mem_mib is not None:
+            mem_pct = f"{100 * r.max_mem_mib / base.max_mem_mib:.1f}"
+        settings = list(r.settings)
+        if i == baseline:
+            settings[0] = f"Baseline ({settings[0]})"
+        body.append((
+            r.software, "\n".join(settings), "" if r.avg_tok_s is None else f"{r.avg_tok_s:.2f}",
+            "" if r.max_mem_mib is None else f"{r.max_mem_mib:.1f}", speed_x, mem_pct, r.notes,
+        ))
+    headers = ("Software", "Settings", "Avg Tok/s", "Max Mem", "Speed X", "Max mem %", "Notes")
+    return Table(headers, tuple(body))

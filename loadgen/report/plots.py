@@ -1,0 +1,141 @@
+"""PNG charts of a run, written into its run directory (matplotlib, no display needed).
+
+- ``speed.png``: single-stream speed against input length, one line per quantization (and
+  engine), one panel per model; the bars are the spread over repeats (min to max).
+- ``throughput.png``: total and output tokens/s per checkpoint, QPS written on each bar.
+- ``latency.png``: for a concurrency or rate sweep, output tokens/s against TTFT and TPOT
+  (p50 and p99), each point labelled with its concurrency or rate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadgen.report.layouts import ENGINE_LABELS, QUANT_LABELS, model_label
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_speed(summary: dict[str, Any], path: Path) -> Path | None:
+    key = "speed_total_tokens_per_s" if summary.get("speed") == "total" else "speed_tokens_per_s"
+    panels: dict[str, dict[str, list[tuple[int, float, float, float]]]] = {}
+    for cell in summary["cells"]:
+        dist = (cell.get("metrics") or {}).get(key) or {}
+        if dist.get("mean") is None:
+            continue
+        s = cell.get("server") or {}
+        quant, engine = str(s.get("quant")), str(s.get("backend"))
+        line = f"{QUANT_LABELS.get(quant, quant)} ({ENGINE_LABELS.get(engine, engine)})"
+        panels.setdefault(model_label(s), {}).setdefault(line, []).append(
+            (int(cell["params"]["input_tokens"]), dist["mean"], dist["min"], dist["max"])
+        )
+    if not panels:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    for ax, (model, lines) in zip(axes[0], panels.items(), strict=True):
+        for label, pts in lines.items():
+            pts.sort()
+            xs = [p[0] for p in pts]
+            ys = [p[1] for p in pts]
+            err = [[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        ax.set_xscale("symlog", linthresh=1)
+        ticks = sorted({p[0] for pts in lines.values() for p in pts})
+        ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=8)
+        ax.minorticks_off()
+        ax.set_title(model)
+        ax.set_xlabel("input length (tokens)")
+        ax.set_ylabel("speed (generated tokens/s)" if key == "speed_tokens_per_s" else "speed (total tokens/s)")
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{summary['scenario']}: single-stream speed (batch 1)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_throughput(summary: dict[str, Any], path: Path) -> Path | None:
+    bars = []
+    for cell in summary["cells"]:
+        m = cell.get("metrics") or {}
+        if m.get("total_token_throughput") is None:
+            continue
+        s = cell.get("server") or {}
+        quant = str(s.get("quant"))
+        label = f"{model_label(s)}\n{QUANT_LABELS.get(quant, quant)}, {cell['params'].get('num_prompts')} prompts"
+        bars.append((label, m["total_token_throughput"], m["output_throughput"], m["request_throughput"]))
+    if not bars:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(bars)), 4.5))
+    xs = range(len(bars))
+    ax.bar([x - 0.2 for x in xs], [b[1] for b in bars], width=0.4, label="total tokens/s")
+    ax.bar([x + 0.2 for x in xs], [b[2] for b in bars], width=0.4, label="output tokens/s")
+    for x, b in zip(xs, bars, strict=True):
+        ax.annotate(f"{b[3]:.2f} QPS", (x - 0.2, b[1]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(xs), [b[0] for b in bars], fontsize=8)
+    ax.set_ylabel("tokens/s")
+    ax.set_title(f"{summary['scenario']}: throughput")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_latency(summary: dict[str, Any], path: Path) -> Path | None:
+    pts: list[tuple[float, dict[str, Any], dict[str, Any], str]] = []
+    for cell in summary["cells"]:
+        m = cell.get("metrics") or {}
+        if m.get("output_throughput") is None:
+            continue
+        p = cell["params"]
+        label = f"c={p['concurrency']}" if p.get("rate") is None else f"{p['rate']:g}/s"
+        pts.append((m["output_throughput"], m["ttft_s"], m["tpot_s"], label))
+    if len(pts) < 2:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, name in ((axes[0], "TTFT"), (axes[1], "TPOT")):
+        dists = [(p[0], p[1] if name == "TTFT" else p[2], p[3]) for p in pts]
+        for q, style in (("p50", "o-"), ("p99", "s--")):
+            xs = [x for x, d, _ in dists if d[q] is not None]
+            ys = [d[q] * 1e3 for _, d, _ in dists if d[q] is not None]
+            ax.plot(xs, ys, style, label=f"{name} {q}")
+        for x, d, label in dists:
+            if d["p50"] is not None:
+                ax.annotate(label, (x, d["p50"] * 1e3), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel("output tokens/s")
+        ax.set_ylabel(f"{name} (ms)")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{summary['scenario']}: latency against throughput")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_plots(summary: dict[str, Any], run_dir: Path) -> list[Path]:
+    """The charts that fit the run's kind; returns the files written."""
+    kind = summary.get("kind", "sweep")
+    made = []
+    if kind == "single-stream":
+        made.append(plot_speed(summary, run_dir / "speed.png"))
+    if kind == "throughput":
+        made.append(plot_throughput(summary, run_dir / "throughput.png"))
+    if kind != "single-stream":
+        made.append(plot_latency(summary, run_dir / "latency.png"))
+    return [p for p in made if p is not None]

@@ -1,0 +1,78 @@
+"""The client's health verdict of a cell, from its ``client`` probe samples and records.
+
+The summary adds send lag (``sent_at - scheduled_at``) from the records of rate-driven cells
+(a closed loop has no schedule to lag behind). Everything comes from the run directory, so
+``loadgen report`` reproduces the verdict "client-bound".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from loadgen.results.records import RequestRecord
+
+# beyond these the run is reported client-bound
+LOOP_LAG_P99_MS = 5.0
+SEND_LAG_P99_MS = 5.0
+CPU_SHARE = 0.90
+
+
+def _stats(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    a = np.asarray(values)
+    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+
+
+def summarize_client(
+    samples: list[dict[str, Any]], records: list[RequestRecord], rate_driven: bool
+) -> dict[str, Any] | None:
+    """The ``client`` entry of a cell in ``summary.json``; None when nothing was sampled."""
+    samples = [s["values"] for s in samples]  # probes.jsonl lines: {"cell", "probe", "wall", "values"}
+    if not samples:
+        return None
+    lags = [x for s in samples for x in s["loop_lag_ms"]]
+    per_worker: dict[int, list[float]] = {}
+    for s in samples:
+        acc = per_worker.setdefault(int(s.get("worker", 0)), [0.0, 0.0])
+        acc[0] += s["cpu_s"]
+        acc[1] += s["wall_s"]
+    workers = len(per_worker)
+    cpu_s = sum(c for c, _ in per_worker.values())
+    share = max((c / w for c, w in per_worker.values() if w > 0), default=0.0)
+    reads = sum(s["reads"] for s in samples)
+    read_ms = sum(s["read_ms"] for s in samples)
+    send = None
+    if rate_driven:
+        send = _stats([(r.sent_at - r.scheduled_at) * 1e3 for r in records if not r.warmup and r.sent_at is not None])
+    loop = _stats(lags)
+    reasons = []
+    if loop is not None and loop["p99"] > LOOP_LAG_P99_MS:
+        reasons.append(f"event-loop lag p99 {loop['p99']:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
+    if send is not None and send["p99"] > SEND_LAG_P99_MS:
+        reasons.append(f"send lag p99 {send['p99']:.1f} ms > {SEND_LAG_P99_MS:g} ms")
+    if share > CPU_SHARE:
+        reasons.append(f"client CPU {share:.0%} of a core > {CPU_SHARE:.0%}")
+    bound = bool(reasons)
+    advice = None
+    if bound:
+        more = max(workers + 1, math.ceil(workers * max(share, 1.0) / 0.6))
+        advice = (f"the client, not the server, limited this cell: set load.workers: {more} "
+                  "(or auto), or spread the load over hosts with loadgen locust --master")
+    return {
+        "workers": workers,
+        "loop_lag_ms": loop,
+        "send_lag_ms": send,
+        "cpu_s": round(cpu_s, 3),
+        "cpu_share_max": round(share, 4),
+        "reads": reads,
+        "read_us_mean": round(read_ms * 1e3 / reads, 3) if reads else None,
+        "client_bound": bound,
+        "reasons": reasons,
+        "advice": advice,
+        "thresholds": {"loop_lag_p99_ms": LOOP_LAG_P99_MS, "send_lag_p99_ms": SEND_LAG_P99_MS,
+                       "cpu_share": CPU_SHARE},
+    }

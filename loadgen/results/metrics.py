@@ -1,0 +1,146 @@
+"""Aggregation: records -> the metrics of one cell, exactly as design.md defines them.
+
+All inputs and outputs are in seconds; renderers convert. Warmup records are excluded;
+failed requests are counted by class and never folded into latency or throughput figures;
+cancelled requests (the run was stopped while they were in flight) are counted apart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from loadgen.results.records import RequestRecord
+from loadgen.scenario.schema import Slo
+
+PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
+STAT_KEYS: tuple[str, ...] = ("mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9")
+
+
+def distribution(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
+    """mean, min, max, population std and linear-interpolated percentiles (numpy's default)."""
+    arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.float64)
+    if arr.size == 0:
+        return dict.fromkeys(STAT_KEYS)
+    pct = np.percentile(arr, PERCENTILES)
+    out: dict[str, float | None] = {
+        "mean": float(arr.mean()),
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "std": float(arr.std()),
+    }
+    for p, v in zip(PERCENTILES, pct, strict=True):
+        out[f"p{p:g}"] = float(v)
+    return out
+
+
+def itl_values(record: RequestRecord) -> np.ndarray:
+    """Gaps between consecutive token-bearing chunks, each divided by the later chunk's tokens."""
+    if len(record.chunk_offsets_s) < 2:
+        return np.empty(0)
+    offsets = np.asarray(record.chunk_offsets_s, dtype=np.float64)
+    tokens = np.asarray(record.chunk_tokens[1:], dtype=np.float64)
+    return np.diff(offsets) / tokens
+
+
+def tpot(record: RequestRecord) -> float | None:
+    if record.output_tokens < 2 or record.first_token_at is None or record.last_token_at is None:
+        return None
+    return (record.last_token_at - record.first_token_at) / (record.output_tokens - 1)
+
+
+def _prompt_len(r: RequestRecord) -> int:
+    if r.prompt_tokens is not None:
+        return r.prompt_tokens
+    return r.input_tokens or 0
+
+
+def meets_slo(r: RequestRecord, slo: Slo) -> bool:
+    if r.sent_at is None or r.first_token_at is None or r.done_at is None:
+        return False
+    if slo.ttft_ms is not None and (r.first_token_at - r.sent_at) * 1e3 > slo.ttft_ms:
+        return False
+    t = tpot(r)
+    if slo.tpot_ms is not None and t is not None and t * 1e3 > slo.tpot_ms:
+        return False
+    return not (slo.e2e_ms is not None and (r.done_at - r.sent_at) * 1e3 > slo.e2e_ms)
+
+
+def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> dict[str, Any]:
+    """The ``metrics`` object of one cell of ``summary.json``."""
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok and r.first_token_at is not None]
+    # a successful stream with no token at all cannot give latency figures: count it apart
+    empty = [r for r in measured if r.ok and r.first_token_at is None]
+    failed = [r for r in measured if not r.ok and r.error != "cancelled"]
+    cancelled = sum(1 for r in measured if r.error == "cancelled")
+    by_class: Counter[str] = Counter(r.error or "" for r in failed)
+    if empty:
+        by_class["no_tokens"] = len(empty)
+
+    sent = [r.sent_at for r in measured if r.sent_at is not None]
+    done = [r.done_at for r in ok if r.done_at is not None]
+    duration = (max(done) - min(sent)) if done and sent else 0.0
+    output_total = sum(r.output_tokens for r in ok)
+    prompt_total = sum(_prompt_len(r) for r in ok)
+
+    def per_s(x: float) -> float | None:
+        return x / duration if duration > 0 else None
+
+    sources = {r.token_count_source for r in ok}
+    prompt_checked = [r for r in ok if r.prompt_tokens is not None and r.input_tokens is not None]
+    prompt_drift = [r.prompt_tokens - r.input_tokens for r in prompt_checked]  # type: ignore[operator]
+    chunk_diff = [r.chunk_tokens_total - r.output_tokens for r in ok]
+
+    metrics: dict[str, Any] = {
+        "requests": len(measured),
+        "completed": len(ok),
+        "failed": len(failed) + len(empty),
+        "cancelled": cancelled,
+        "failures_by_class": dict(sorted(by_class.items())),
+        "throughput_over": "successful requests",
+        "duration_s": duration,
+        "request_throughput": per_s(len(ok)),
+        "output_throughput": per_s(output_total),
+        "total_token_throughput": per_s(output_total + prompt_total),
+        "prompt_tokens_total": prompt_total,
+        "output_tokens_total": output_total,
+        "token_count_source": sources.pop() if len(sources) == 1 else ("mixed" if sources else None),
+        "prompt_tokens_checked": len(prompt_checked),
+        "prompt_tokens_mismatched": sum(1 for d in prompt_drift if d != 0),
+        "prompt_tokens_drift_mean": float(np.mean(prompt_drift)) if prompt_drift else None,
+        "output_tokens_short": sum(1 for r in ok if r.output_tokens != r.max_tokens),
+        "chunk_token_discrepancy": {
+            "requests": sum(1 for d in chunk_diff if d != 0),
+            "tokens": int(sum(abs(d) for d in chunk_diff)),
+        },
+        "ttft_s": distribution(r.first_token_at - r.sent_at for r in ok),  # type: ignore[operator]
+        "ttft_from_schedule_s": distribution(r.first_token_at - r.scheduled_at for r in ok),  # type: ignore[operator]
+        "tpot_s": distribution(t for r in ok if (t := tpot(r)) is not None),
+        "itl_s": distribution(
+            np.concatenate([itl_values(r) for r in ok]) if ok else np.empty(0)
+        ),
+        "e2e_s": distribution(r.done_at - r.sent_at for r in ok),  # type: ignore[operator]
+        "send_lag_s": distribution(r.sent_at - r.scheduled_at for r in measured if r.sent_at is not None),
+        # Qwen's single-stream "Speed(tokens/s)": output tokens over the whole request time
+        "speed_tokens_per_s": distribution(
+            r.output_tokens / (r.done_at - r.sent_at)
+            for r in ok
+            if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
+        ),
+        # the newer definition: (prompt + output tokens) over the whole request time
+        "speed_total_tokens_per_s": distribution(
+            (r.output_tokens + _prompt_len(r)) / (r.done_at - r.sent_at)
+            for r in ok
+            if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
+        ),
+    }
+    if slo is not None and any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms)):
+        good = sum(1 for r in ok if meets_slo(r, slo))
+        metrics["slo"] = slo.model_dump(exclude_none=True)
+        metrics["slo_attained"] = good / len(measured) if measured else None
+        metrics["goodput"] = per_s(good)
+    return metrics

@@ -1,0 +1,195 @@
+"""Probe samples beside the load, and their summaries: the server's Prometheus ``/metrics`` and
+GPU memory (NVML). ``loadgen.load.probes`` takes the samples.
+
+Both write raw samples to ``probes.jsonl`` (one JSON object per line, tagged with the cell),
+and the summaries are computed from those lines alone, so ``loadgen report`` re-derives them:
+
+- ``metrics``: every ``interval_s`` the engine's ``/metrics`` is scraped; gauges (running and
+  waiting requests, KV-cache usage, the transformers engine's peak allocated memory),
+  counters (preemptions, tokens) and histograms (server-side TTFT, TPOT / ITL, E2E).
+- ``gpu``: NVML memory held on each GPU by the launched engine's process tree, and each
+  GPU's used memory, every ``interval_s``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+PROBES = "probes.jsonl"
+GIB = float(1 << 30)
+
+# what loadgen reports -> the metric names engines use for it (vLLM v1 and v0, SGLang, TGI, loadgen)
+GAUGES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size"),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size"),
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+    "engine_peak_allocated_bytes": ("loadgen_engine_peak_allocated_bytes",),
+}
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "preemptions": ("vllm:num_preemptions", "vllm:num_preemptions_total"),
+    "prompt_tokens": ("vllm:prompt_tokens", "sglang:prompt_tokens", "vllm:prompt_tokens_total"),
+    "generation_tokens": ("vllm:generation_tokens", "sglang:generation_tokens", "vllm:generation_tokens_total"),
+}
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
+    "tpot_s": ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds",
+               "sglang:time_per_output_token_seconds"),
+    "itl_s": ("vllm:inter_token_latency_seconds", "sglang:inter_token_latency_seconds"),
+    "e2e_s": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
+}
+
+
+def parse_metrics(text: str) -> dict[str, Any]:
+    """The metrics loadgen knows from a Prometheus text page, each summed over its label sets.
+
+    Returns ``{"gauges": {name: v}, "counters": {name: v}, "histograms": {name: {"buckets":
+    [[le, cumulative count], ...], "sum": s, "count": n}}}`` keyed by loadgen's names.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_bucket"):
+                le = float(s.labels.get("le", "inf"))
+                per = buckets.setdefault(s.name.removesuffix("_bucket"), {})
+                per[le] = per.get(le, 0.0) + s.value
+            else:
+                values[s.name] = values.get(s.name, 0.0) + s.value
+
+    def first(names: tuple[str, ...], suffix: str = "") -> float | None:
+        return next((values[n + suffix] for n in names if n + suffix in values), None)
+
+    out: dict[str, Any] = {"gauges": {}, "counters": {}, "histograms": {}}
+    for key, names in GAUGES.items():
+        if (v := first(names)) is not None:
+            out["gauges"][key] = v
+    for key, names in COUNTERS.items():
+        v = first(names, "_total") if first(names, "_total") is not None else first(names)
+        if v is not None:
+            out["counters"][key] = v
+    for key, names in HISTOGRAMS.items():
+        name = next((n for n in names if n in buckets), None)
+        if name is not None:
+            out["histograms"][key] = {
+                "buckets": sorted(buckets[name].items()),
+                "sum": values.get(name + "_sum", 0.0),
+                "count": values.get(name + "_count", 0.0),
+            }
+    return out
+
+
+def _le(le: float | None) -> float:
+    """A bucket bound read back from JSON, where +Inf was written as null."""
+    return math.inf if le is None else float(le)
+
+
+def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
+    """Prometheus' ``histogram_quantile``: linear interpolation inside the bucket holding q."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le
+            if count == prev_count:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+def summarize_server_metrics(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One cell's server-side view from its scrapes: gauge peaks and means, counter and histogram
+    increases over the cell (last scrape minus first)."""
+    if not samples:
+        return None
+    first, last = samples[0]["values"], samples[-1]["values"]
+    out: dict[str, Any] = {"scrapes": len(samples)}
+    for key in GAUGES:
+        seen = [s["values"]["gauges"][key] for s in samples if key in s["values"]["gauges"]]
+        if seen:
+            out[key] = {"max": max(seen), "mean": sum(seen) / len(seen)}
+    for key in COUNTERS:
+        if key in first["counters"] and key in last["counters"]:
+            out[key] = last["counters"][key] - first["counters"][key]
+    for key in HISTOGRAMS:
+        a, b = first["histograms"].get(key), last["histograms"].get(key)
+        if a is None or b is None:
+            continue
+        before = {_le(le): c for le, c in a["buckets"]}
+        delta = [(_le(le), c - before.get(_le(le), 0.0)) for le, c in b["buckets"]]
+        n = b["count"] - a["count"]
+        if n <= 0:
+            continue
+        out[key] = {
+            "count": n,
+            "mean": (b["sum"] - a["sum"]) / n,
+            "p50": histogram_quantile(0.5, delta),
+            "p90": histogram_quantile(0.9, delta),
+            "p99": histogram_quantile(0.99, delta),
+        }
+    return out
+
+
+def summarize_gpu(samples: list[dict[str, Any]], reason: str | None = None) -> dict[str, Any]:
+    """Peak GiB the engine held per GPU and in total (the peak of the per-sample sum)."""
+    if not samples:
+        return {"available": False, "reason": reason or "no GPU samples"}
+    per: dict[str, float] = {}
+    total = 0.0
+    for s in samples:
+        held = s["values"]["held"]
+        for gpu, b in held.items():
+            per[gpu] = max(per.get(gpu, 0.0), b / GIB)
+        total = max(total, sum(held.values()) / GIB)
+    return {"available": True, "source": "nvml process tree", "peak_gib_per_gpu": per, "peak_gib_total": total}
+
+
+class ProbeLog:
+    """Appends probe samples to ``probes.jsonl`` (thread-safe; a line per sample, flushed)."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("ab")  # noqa: SIM115 - closed in close()
+        self._lock = threading.Lock()
+        self._by_cell: dict[int, dict[str, list[dict[str, Any]]]] = {}
+
+    def write(self, cell: int, probe: str, values: dict[str, Any]) -> None:
+        sample = {"cell": cell, "probe": probe, "wall": time.time(), "values": values}
+        line = orjson.dumps(sample) + b"\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+            self._by_cell.setdefault(cell, {}).setdefault(probe, []).append(sample)
+
+    def samples(self, cell: int) -> dict[str, list[dict[str, Any]]]:
+        """What this log wrote for ``cell`` (the same lines ``read_probes`` gives back), without re-reading the file."""
+        with self._lock:
+            return {k: list(v) for k, v in self._by_cell.get(cell, {}).items()}
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_probes(path: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Samples by cell and probe; a last line cut short by a crash is skipped."""
+    out: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    if not path.is_file():
+        return out
+    with path.open("rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            s = orjson.loads(line)
+            out.setdefault(s["cell"], {}).setdefault(s["probe"], []).append(s)
+    return out

@@ -1,0 +1,244 @@
+"""The run directory: what a run writes, and how a summary is re-derived from it alone.
+
+    RUN_DIR/
+      scenario.resolved.yaml   the scenario with every default filled in
+      provenance.json          loadgen/python/host, times, seed, clock base, server answers
+      records.jsonl            one RequestRecord per line, appended as each request ends
+      cells.jsonl              one line per finished cell: done / failed, the reason, its server
+      probes.jsonl             raw samples of the server's /metrics and of GPU memory, per cell
+      summary.json             {"cells": [{"params", "status", "server", "metrics", ...}], ...}
+      report.md                the summary as Markdown tables
+      server.log               the launched server's output (server-N.log, one per engine, in a matrix)
+      records.set-aside.jsonl  records of cells a --resume measured again (kept, not counted)
+"""
+
+from __future__ import annotations
+
+import getpass
+import platform
+import socket
+import sys
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from loadgen import __version__
+from loadgen.errors import RunDirError, ScenarioError, UsageError
+from loadgen.results.client import summarize_client
+from loadgen.results.metrics import summarize
+from loadgen.results.probes import PROBES, read_probes, summarize_gpu, summarize_server_metrics
+from loadgen.results.records import RecordWriter, RequestRecord, read_records
+from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.matrix import Cell, expand_cells
+from loadgen.scenario.redact import dump_scenario, redact_argv
+from loadgen.scenario.schema import Scenario
+
+RECORDS = "records.jsonl"
+SUMMARY = "summary.json"
+SCENARIO = "scenario.resolved.yaml"
+PROVENANCE = "provenance.json"
+REPORT = "report.md"
+SERVER_LOG = "server.log"
+CELLS = "cells.jsonl"
+
+
+def default_run_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return root / f"{scenario.name}-{stamp}"
+
+
+def base_provenance(scenario: Scenario) -> dict[str, Any]:
+    """What every run directory says of where and how it was made."""
+    return {
+        "loadgen_version": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "user": getpass.getuser(),
+        "argv": redact_argv(sys.argv),
+        "seed": scenario.seed,
+        "start_wall": datetime.now(UTC).isoformat(),
+    }
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write atomically (temp file + rename), so a crash never leaves half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.replace(path)
+
+
+def cell_summary(
+    scenario: Scenario,
+    cell: Cell,
+    records: list[RequestRecord],
+    status: dict[str, Any],
+    samples: dict[str, list[dict[str, Any]]],
+) -> dict[str, Any]:
+    """One entry of ``summary.json: cells``, from the cell's records, status line and probe samples."""
+    point = cell.point or scenario
+    server = status.get("server") or {}
+    if server.get("device") == "cpu":
+        no_gpu = "the engine runs on CPU"
+    elif server.get("launched") is False:
+        no_gpu = "the server was not started by loadgen: no process to attribute GPU memory to"
+    else:
+        no_gpu = "no GPU memory samples (no NVIDIA GPU visible through NVML)"
+    measured = any(not r.warmup for r in records)
+    return {
+        "cell": cell.index,
+        "params": cell.params(),
+        "status": status["status"],
+        "reason": status.get("reason"),
+        "note": point.note,
+        "server": server,
+        "metrics": summarize(records, point.slo) if measured else None,
+        "server_metrics": summarize_server_metrics(samples.get("metrics", [])),
+        "gpu_memory": summarize_gpu(samples.get("gpu", []), reason=no_gpu),
+        "client": summarize_client(samples.get("client", []), records, cell.rate is not None),
+    }
+
+
+def assemble_summary(
+    scenario: Scenario, cells: list[dict[str, Any]], *, model: str | None, interrupted: bool
+) -> dict[str, Any]:
+    return {
+        "scenario": scenario.name, "kind": scenario.kind, "speed": scenario.speed, "model": model,
+        "interrupted": interrupted, "cells": cells,
+    }
+
+
+class RunDirWriter:
+    """A run directory being written, by ``loadgen run`` or by a Locust run: claims the
+    directory, then appends records and cell statuses as they come and rewrites the
+    scenario, provenance, summary and report atomically whenever they change."""
+
+    def __init__(self, run_dir: Path, *, resume: bool = False) -> None:
+        if not resume and (run_dir / RECORDS).exists():
+            raise UsageError(
+                f"{run_dir}: already holds a run ({RECORDS}); choose another --out, remove it, "
+                "or continue it with --resume"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = run_dir
+        self.records = RecordWriter(run_dir / RECORDS)
+        self.cells = CellStatusLog(run_dir)
+
+    def write_scenario(self, scenario: Scenario) -> None:
+        (self.run_dir / SCENARIO).write_text(dump_scenario(scenario))
+
+    def write_provenance(self, provenance: dict[str, Any]) -> None:
+        write_json(self.run_dir / PROVENANCE, provenance)
+
+    def write_summary(self, summary: dict[str, Any], report: str | None) -> None:
+        write_json(self.run_dir / SUMMARY, summary)
+        if report is not None:
+            (self.run_dir / REPORT).write_text(report)
+
+    def close(self) -> None:
+        self.records.close()
+        self.cells.close()
+
+
+class CellStatusLog:
+    """Appends one line per finished cell to ``cells.jsonl`` (the resume point of a matrix)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._file = (run_dir / CELLS).open("ab")  # noqa: SIM115 - closed in close()
+
+    def write(self, line: dict[str, Any]) -> None:
+        self._file.write(orjson.dumps(line) + b"\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_cell_status(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The last status line of each cell (a resumed cell's new line replaces its old one)."""
+    out: dict[int, dict[str, Any]] = {}
+    path = run_dir / CELLS
+    if path.is_file():
+        for line in path.read_bytes().splitlines(keepends=True):
+            if line.endswith(b"\n"):
+                entry = orjson.loads(line)
+                out[entry["cell"]] = entry
+    return out
+
+
+def set_aside_records(run_dir: Path, keep: set[int]) -> None:
+    """Before a resume: records and probe samples of cells not in ``keep`` move to ``*.set-aside.jsonl``."""
+    for name in (RECORDS, PROBES):
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        kept: list[bytes] = []
+        aside: list[bytes] = []
+        for line in path.read_bytes().splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                continue  # cut short by a crash
+            (kept if orjson.loads(line)["cell"] in keep else aside).append(line)
+        if aside:
+            with (run_dir / name.replace(".jsonl", ".set-aside.jsonl")).open("ab") as f:
+                f.writelines(aside)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(b"".join(kept))
+        tmp.replace(path)
+
+
+def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> dict[str, Any]:
+    """``summary.json`` re-derived from the run directory's records, statuses and probe samples."""
+    by_cell: dict[int, list[RequestRecord]] = defaultdict(list)
+    if (run_dir / RECORDS).is_file():
+        try:
+            for record in read_records(run_dir / RECORDS):
+                by_cell[record.cell].append(record)
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise RunDirError(f"{run_dir / RECORDS}: unreadable record ({exc})") from exc
+    statuses = read_cell_status(run_dir)
+    legacy = not (run_dir / CELLS).is_file()
+    probes = read_probes(run_dir / PROBES)
+    entries = []
+    for cell in expand_cells(scenario):
+        status = statuses.get(cell.index)
+        if status is None:
+            if cell.index not in by_cell:
+                continue
+            status = {"status": "done" if legacy else "interrupted"}
+        entries.append(cell_summary(scenario, cell, by_cell.get(cell.index, []), status, probes.get(cell.index, {})))
+    provenance: dict[str, Any] = {}
+    if (run_dir / PROVENANCE).is_file():
+        provenance = orjson.loads((run_dir / PROVENANCE).read_bytes())
+    stored: dict[str, Any] = {}
+    if (run_dir / SUMMARY).is_file():
+        stored = orjson.loads((run_dir / SUMMARY).read_bytes())
+    summary = assemble_summary(
+        scenario, entries, model=provenance.get("model", stored.get("model")),
+        interrupted=bool(stored.get("interrupted", False)),
+    )
+    if stored.get("aborted"):
+        summary["aborted"] = stored["aborted"]
+    return summary
+
+
+def load_scenario_of(run_dir: Path) -> Scenario:
+    """The scenario a run directory was made with."""
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: no such run directory")
+    scenario_path = run_dir / SCENARIO
+    for p in (scenario_path, run_dir / RECORDS):
+        if not p.is_file():
+            raise RunDirError(f"{run_dir}: missing {p.name}; is this a loadgen run directory?")
+    try:
+        return parse_scenario(yaml.safe_load(scenario_path.read_text()), str(scenario_path))
+    except ScenarioError as exc:
+        raise RunDirError(str(exc)) from exc
+
+
+def rebuild_summary(run_dir: Path) -> dict[str, Any]:
+    """Re-derive ``summary.json`` from ``scenario.resolved.yaml``, records, statuses and probes."""
+    return build_summary_from_dir(run_dir, load_scenario_of(run_dir))

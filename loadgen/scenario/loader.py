@@ -1,0 +1,89 @@
+"""Reading a scenario: YAML file -> overrides -> ``serve:`` lists as matrix axes -> ``Scenario``.
+
+Failures become one ``ScenarioError`` whose message names the file, each offending field and
+the fix. Whether a model name is known is checked by the launching side
+(``loadgen.servers.catalogue.check_models``), which owns the catalogue.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from loadgen.errors import ScenarioError
+from loadgen.scenario.matrix import expand_cells
+from loadgen.scenario.overrides import apply_overrides, format_validation_error
+from loadgen.scenario.schema import AXES, SERVE_LIST_KEYS, PromptFile, Scenario
+
+
+def _serve_lists_to_matrix(data: dict[str, Any]) -> dict[str, Any]:
+    """``serve: {model: [a, b]}`` is a matrix axis ``serve.model``, varied before the matrix's own;
+    the template the points are made from holds each axis's first value."""
+    serve = data.get("serve")
+    matrix = data.get("matrix")
+    if isinstance(serve, dict):
+        lists = {k: v for k, v in serve.items() if k in SERVE_LIST_KEYS and isinstance(v, list)}
+        if lists and (matrix is None or isinstance(matrix, dict | list)):
+            data = {**data, "serve": {k: v for k, v in serve.items() if k not in lists}}
+            blocks = matrix if isinstance(matrix, list) else [matrix or {}]
+            blocks = [{**lists, **b} if isinstance(b, dict) else b for b in blocks]
+            matrix = data["matrix"] = blocks if isinstance(matrix, list) else blocks[0]
+    first_block = matrix[0] if isinstance(matrix, list) and matrix else matrix
+    if isinstance(first_block, dict):
+        data = copy.deepcopy(data)
+        axes = first_block.get("axes")
+        for axis, values in (axes if isinstance(axes, dict) else first_block).items():
+            if axis in ("exclude", "overrides") or not isinstance(axis, str):
+                continue
+            first = values[0] if isinstance(values, list) and values else values
+            if isinstance(values, list) and not values:
+                continue
+            apply_overrides(data, [], {AXES.get(axis, axis): first})
+    return data
+
+
+def parse_scenario(
+    data: Any, source: str = "<scenario>", overrides: list[str] | None = None
+) -> Scenario:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: expected a mapping of keys at the top level")
+    data = apply_overrides(data, overrides or [])
+    data = _serve_lists_to_matrix(data)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(source, exc)) from exc
+
+
+def load_scenario(path: Path | str, overrides: list[str] | None = None) -> Scenario:
+    """Read, override and validate a scenario file; relative prompt files resolve beside it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario file ({exc.strerror})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{path}: not valid YAML{where}") from exc
+    scenario = parse_scenario(data, str(path), overrides)
+    prompt = scenario.workload.prompt
+    if isinstance(prompt, PromptFile):
+        file = prompt.file if prompt.file.is_absolute() else path.parent / prompt.file
+        if not file.is_file():
+            raise ScenarioError(
+                f"{path}: workload.prompt.file -> no such file {str(file)!r}; "
+                "give a JSONL path relative to the scenario file"
+            )
+        new_workload = scenario.workload.model_copy(update={"prompt": PromptFile(file=file)})
+        scenario = scenario.model_copy(update={"workload": new_workload})
+    expand_cells(scenario, source=str(path))  # a matrix point that is not valid fails here, not mid-run
+    return scenario

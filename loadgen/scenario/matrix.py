@@ -1,0 +1,104 @@
+"""Matrix expansion: a scenario -> its points (one per matrix combination) -> cells.
+
+A point is the scenario with one value of each matrix axis set (and the matching overrides
+applied), validated like any scenario. Each point's workload / load sweeps (input and output
+tokens, concurrency, rate) then give its cells. Cells are numbered in file order across the
+whole matrix; the runner groups them by the engine they need.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from loadgen.errors import ScenarioError
+from loadgen.scenario.overrides import apply_overrides, format_validation_error
+from loadgen.scenario.schema import AXES, Matrix, Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One concrete measurement; ``concurrency=None`` is unlimited, ``rate=None`` all at once.
+
+    ``point`` is the scenario of this cell's matrix point (the scenario itself when there is
+    no matrix); ``labels`` are the matrix values that made it, by axis name.
+    """
+
+    index: int
+    input_tokens: int
+    output_tokens: int
+    concurrency: int | None
+    rate: float | None
+    point: Scenario | None = field(default=None, compare=False, repr=False)
+    labels: tuple[tuple[str, Any], ...] = ()
+
+    def params(self) -> dict[str, Any]:
+        out = {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "concurrency": "unlimited" if self.concurrency is None else self.concurrency,
+            "rate": self.rate,
+        }
+        if self.point is not None:
+            out["num_prompts"] = self.point.workload.num_prompts
+        for axis, value in self.labels:
+            out.setdefault(axis, value)
+        return out
+
+
+def _matches(labels: dict[str, Any], rule: dict[str, Any]) -> bool:
+    return all(labels[k] in (v if isinstance(v, list) else [v]) for k, v in rule.items())
+
+
+def points(scenario: Scenario, source: str = "<scenario>") -> list[tuple[dict[str, Any], Scenario]]:
+    """Every matrix point as (axis -> value, its scenario); one point when there is no matrix."""
+    blocks = [m for m in scenario.matrix_blocks if m.axes]
+    if not blocks:
+        return [({}, scenario)]
+    base = scenario.model_dump(mode="json", exclude={"matrix"}, exclude_unset=True)
+    return [p for matrix in blocks for p in _block_points(matrix, base, source)]
+
+
+def _block_points(matrix: Matrix, base: dict[str, Any], source: str) -> list[tuple[dict[str, Any], Scenario]]:
+    out = []
+    names = list(matrix.axes)
+    for combo in itertools.product(*matrix.axes.values()):
+        labels = dict(zip(names, combo, strict=True))
+        if any(_matches(labels, rule) for rule in matrix.exclude):
+            continue
+        values = {AXES.get(k, k): v for k, v in labels.items()}
+        for rule in matrix.overrides:
+            if _matches(labels, rule.when):
+                values |= {AXES.get(k, k): v for k, v in rule.set.items()}
+        data = apply_overrides(_copy(base), [], values)
+        try:
+            point = Scenario.model_validate(data)
+        except ValidationError as exc:
+            where = ", ".join(f"{k}={v}" for k, v in labels.items())
+            raise ScenarioError(format_validation_error(f"{source} (matrix point {where})", exc)) from exc
+        out.append((labels, point))
+    return out
+
+
+def _copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_copy(v) for v in data]
+    return data
+
+
+def expand_cells(scenario: Scenario, source: str = "<scenario>") -> list[Cell]:
+    """One cell per matrix point and combination of its swept values, in file order."""
+    cells: list[Cell] = []
+    for labels, point in points(scenario, source):
+        w, ld = point.workload, point.load
+        for inp, out, conc, rate in itertools.product(w.input_tokens, w.output_tokens, ld.concurrency, ld.rate):
+            cells.append(Cell(
+                len(cells), inp, out, None if conc == "unlimited" else int(conc), rate, point,
+                tuple(labels.items()),
+            ))
+    return cells

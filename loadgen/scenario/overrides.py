@@ -1,0 +1,67 @@
+"""``--set`` overrides and matrix values applied to a scenario's raw data, and the one-line
+form of a validation error (``file: a.b -> message; c -> message``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from loadgen.errors import ScenarioError
+from loadgen.scenario.schema import Scenario
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"load.concurrency=64"`` -> (["load", "concurrency"], 64); the value is read as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ScenarioError(f"--set {text!r}: expected dotted.key=value, e.g. load.concurrency=64")
+    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+
+
+def apply_overrides(
+    data: dict[str, Any], overrides: list[str], values: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Set ``--set`` texts and ``values`` (dotted key -> value) in ``data``, creating sections."""
+    items = [parse_override(t) for t in overrides] + [(k.split("."), v) for k, v in (values or {}).items()]
+    for path, value in items:
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = Scenario
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        candidates = [ann, *getattr(ann, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    """One line: ``file: a.b -> message; c -> message``."""
+    parts = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        field = ".".join(str(p) if str(p).isprintable() else repr(p) for p in loc) or "(top level)"
+        msg = " ".join(err["msg"].removeprefix("Value error, ").split())
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc)
+            msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        elif err["type"] not in ("value_error",) and "input" in err:
+            msg = f"{msg} (got {err['input']!r})"
+        parts.append(f"{field} -> {msg}")
+    return f"{source}: " + "; ".join(parts)

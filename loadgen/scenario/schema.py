@@ -1,0 +1,362 @@
+"""The scenario schema: pydantic models with unknown keys rejected, validated once at the edge.
+
+``loadgen.scenario.loader`` reads a file into a ``Scenario``; ``loadgen.scenario.matrix``
+expands its matrix and sweeps into cells.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    field_validator,
+    model_validator,
+)
+
+
+def _sweep(value: Any, *, kind: type, allow: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """Normalise a scalar-or-list field into a non-empty tuple of positive ``kind`` values."""
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ValueError("must not be an empty list")
+    out = []
+    what = "a positive integer" if kind is int else "a positive number"
+    extra = "".join(" or null" if a is None else f" or {a!r}" for a in allow)
+    for v in values:
+        if v in allow:
+            out.append(v)
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
+        if kind is int and not float(v).is_integer():
+            raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
+        if v <= 0:
+            raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
+        out.append(kind(v))
+    return tuple(out)
+
+
+def _scalar_or_list(value: tuple[Any, ...]) -> Any:
+    return value[0] if len(value) == 1 else list(value)
+
+
+_ser = PlainSerializer(_scalar_or_list)
+IntSweep = Annotated[tuple[int, ...], PlainValidator(lambda v: _sweep(v, kind=int)), _ser]
+ConcurrencySweep = Annotated[
+    tuple[int | str, ...],
+    PlainValidator(lambda v: _sweep(v, kind=int, allow=("unlimited",))),
+    _ser,
+]
+RateSweep = Annotated[
+    tuple[float | None, ...],
+    PlainValidator(lambda v: _sweep(v, kind=float, allow=(None,))),
+    _ser,
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(_Model):
+    """Client timeouts in seconds; ``None`` disables one."""
+
+    connect_s: float | None = Field(10.0, gt=0)
+    first_token_s: float | None = Field(None, gt=0)
+    between_tokens_s: float | None = Field(120.0, gt=0)
+    total_s: float | None = Field(None, gt=0)
+
+
+class Target(_Model):
+    base_url: str | None = None
+    api: Literal["completions", "chat"] = "completions"
+    model: str = "auto"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    # ask for cumulative usage on every chunk (vLLM, SGLang, loadgen sim): exact tokens per chunk
+    continuous_usage_stats: bool = True
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeouts: Timeouts = Timeouts()
+
+    @model_validator(mode="after")
+    def _check_url(self) -> Target:
+        url = self.base_url
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https:// (got {url!r})")
+        return self
+
+
+class Sampling(_Model):
+    """Sampling parameters sent with every request; unset ones are left to the server."""
+
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = None
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+class PromptFile(_Model):
+    """A JSONL file, one object per line: ``prompt`` (text), ``prompt_token_ids`` or ``messages``."""
+
+    file: Path
+
+
+class Workload(_Model):
+    num_prompts: int = Field(200, gt=0)
+    input_tokens: IntSweep = (128,)
+    output_tokens: IntSweep = (64,)
+    ignore_eos: bool = True
+    # send min_tokens = max_tokens as well (vLLM, SGLang); off for servers that reject it
+    min_tokens: bool = True
+    prompt: Literal["random-tokens", "text"] | PromptFile = "random-tokens"
+    sampling: Sampling = Sampling()
+    # half-open range [lo, hi) of token ids drawn for random-tokens prompts without a tokenizer
+    token_id_range: tuple[int, int] = (1000, 5000)
+
+    @model_validator(mode="after")
+    def _check_range(self) -> Workload:
+        lo, hi = self.token_id_range
+        if not 0 <= lo < hi:
+            raise ValueError(f"token_id_range must be [lo, hi) with 0 <= lo < hi (got {[lo, hi]})")
+        return self
+
+
+class Load(_Model):
+    concurrency: ConcurrencySweep = (1,)
+    rate: RateSweep = (None,)
+    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = Field(1.0, gt=0)
+    warmup_requests: int = Field(1, ge=0)
+    duration_s: float | None = Field(None, gt=0)
+    # end the run early (exit 4) once this share of a cell's finished requests failed ...
+    abort_on_error_rate: float | None = Field(None, gt=0, le=1)
+    # ... counted from this many finished requests on
+    abort_min_requests: int = Field(20, ge=1)
+    # client processes sharing the schedule ("auto": one per core this process may run on)
+    workers: int | Literal["auto"] = 1
+    # open a fresh connection for every request (TTFT then includes TCP/TLS setup); by default
+    # connections are opened before the measured window and kept alive
+    new_connection_per_request: bool = False
+
+    @model_validator(mode="after")
+    def _check_workers(self) -> Load:
+        if isinstance(self.workers, int) and self.workers < 1:
+            raise ValueError(f"workers must be >= 1 or 'auto' (got {self.workers})")
+        return self
+
+
+class Slo(_Model):
+    """Service-level objectives in milliseconds; any given enables goodput."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2e_ms: float | None = Field(None, gt=0)
+
+
+# what `loadgen sim` can inject, by kind
+FAULTS: dict[str, str] = {
+    "http_429": "429 Too Many Requests with Retry-After, before any token",
+    "http_500": "500 Internal Server Error, before any token",
+    "http_503": "503 Service Unavailable with Retry-After, before any token",
+    "reset": "the connection reset (RST) before the response headers",
+    "stream_cut": "the connection reset halfway through the tokens (no end of body)",
+    "stall": "no chunk for stall_s seconds halfway through, then the rest",
+    "malformed_json": "a chunk of broken JSON halfway through",
+    "missing_prefix": "every token chunk sent without its 'data:' prefix, then [DONE]",
+    "no_done": "a complete stream (finish_reason set) that ends without [DONE]",
+    "usage_mismatch": "a final usage chunk claiming one token more than the chunks carried",
+    "slow_ttft": "the first token slow_ttft_s seconds later than configured",
+}
+
+
+class SimOptions(_Model):
+    ttft_ms: float = Field(50.0, ge=0)
+    itl_ms: float = Field(10.0, ge=0)
+    tokens_per_chunk: int = Field(1, ge=1)
+    max_model_len: int = Field(1_000_000, ge=2)
+    # injected faults by kind -> rate (see `loadgen sim --help`), and their parameters
+    faults: dict[str, float] = Field(default_factory=dict)
+    fault_seed: int = 0
+    stall_s: float = Field(2.0, gt=0)
+    slow_ttft_ms: float = Field(500.0, ge=0)
+    crash_after: int | None = Field(None, ge=1)
+    # require this variable's value as the bearer token (the simulator reads it from its environment)
+    api_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _check_faults(self) -> SimOptions:
+        for kind, rate in self.faults.items():
+            if kind not in FAULTS:
+                raise ValueError(f"unknown fault {kind!r}; choose from {', '.join(FAULTS)}")
+            if not 0 <= rate <= 1:
+                raise ValueError(f"fault {kind}: rate {rate} is not between 0 and 1")
+        if sum(self.faults.values()) > 1:
+            raise ValueError("fault rates add up to more than 1")
+        return self
+
+
+# what a serve: block starts: loadgen's simulator or an engine (the one list of engine names;
+# their command lines live in loadgen.servers)
+Backend = Literal["sim", "vllm", "sglang", "tgi", "transformers", "llamacpp"]
+ENGINES: tuple[str, ...] = get_args(Backend)[1:]
+
+
+class Serve(_Model):
+    """How ``loadgen run`` starts the server itself (and stops it afterwards).
+
+    ``backend: sim`` starts loadgen's simulator; an engine backend (default ``vllm`` when
+    ``model`` is given) is resolved exactly as ``loadgen serve`` resolves its options.
+    """
+
+    backend: Backend | None = None
+    model: str | None = None
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    quant: str | None = None
+    setting: str | None = None
+    gpus: str | None = None
+    tp: int | None = Field(None, ge=1)
+    pp: int = Field(1, ge=1)
+    kv_cache_dtype: str | None = None
+    load_format: str | None = None
+    attn: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    # llama.cpp slots; default: the sweep's highest concurrency
+    slots: int | None = Field(None, ge=1)
+    extra_args: tuple[str, ...] = ()
+    force: bool = False
+    host: str = "127.0.0.1"
+    port: int | None = Field(None, ge=1, le=65535)
+    # default: 60 s for the simulator, 600 s for a CPU engine, 1800 s on GPUs
+    ready_timeout_s: float | None = Field(None, gt=0)
+    sim: SimOptions = SimOptions()
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus_text(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return ",".join(str(x) for x in v)
+        return str(v) if isinstance(v, int) else v
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> Serve:
+        if self.backend is None:
+            object.__setattr__(self, "backend", "sim" if self.model is None else "vllm")
+        if self.backend == "sim" and self.model is not None:
+            raise ValueError("the simulator takes no model; set backend to an engine (vllm, transformers, ...)")
+        if self.backend != "sim" and self.model is None:
+            raise ValueError(f"backend {self.backend} needs a model: a catalogue alias (tiny, ...), hub id or path")
+        return self
+
+    @property
+    def engine(self) -> str:
+        return self.backend or "sim"
+
+
+class Override(_Model):
+    """Matrix points matching ``when`` (axis -> value or list of values) get ``set`` applied."""
+
+    when: dict[str, Any]
+    set: dict[str, Any]
+
+
+class Matrix(_Model):
+    """Axes (an alias such as ``model`` or a dotted scenario key) -> values; every combination
+    is a point, minus ``exclude`` matches, with ``overrides`` applied."""
+
+    axes: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
+    exclude: tuple[dict[str, Any], ...] = ()
+    overrides: tuple[Override, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_axes(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "axes" in data:
+            return data
+        axes = {k: (v if isinstance(v, list) else [v]) for k, v in data.items() if k not in ("exclude", "overrides")}
+        return {"axes": axes, **{k: data[k] for k in ("exclude", "overrides") if k in data}}
+
+    @model_validator(mode="after")
+    def _check(self) -> Matrix:
+        for axis, values in self.axes.items():
+            if axis not in AXES and axis.split(".")[0] not in SWEEP_SECTIONS:
+                raise ValueError(
+                    f"matrix.{axis}: unknown axis; use one of {', '.join(AXES)} or a dotted key such as serve.tp"
+                )
+            if not values:
+                raise ValueError(f"matrix.{axis}: give at least one value")
+        for rule in (*self.exclude, *(o.when for o in self.overrides)):
+            unknown = [k for k in rule if k not in self.axes]
+            if unknown:
+                raise ValueError(
+                    f"matrix: {unknown[0]!r} in exclude/overrides is not an axis of this matrix "
+                    f"({', '.join(self.axes)})"
+                )
+        return self
+
+
+# short axis names -> the scenario key they set
+AXES: dict[str, str] = {
+    "model": "serve.model", "quant": "serve.quant", "backend": "serve.backend", "engine": "serve.backend",
+    "device": "serve.device", "setting": "serve.setting", "tp": "serve.tp", "pp": "serve.pp",
+    "gpus": "serve.gpus", "attn": "serve.attn", "kv_cache_dtype": "serve.kv_cache_dtype",
+    "input_tokens": "workload.input_tokens", "output_tokens": "workload.output_tokens",
+    "num_prompts": "workload.num_prompts", "concurrency": "load.concurrency", "rate": "load.rate",
+    "note": "note",
+}
+SWEEP_SECTIONS = ("serve", "workload", "load", "target", "note", "sampling")
+# serve keys that may be written as a list, each value becoming a matrix axis
+SERVE_LIST_KEYS = ("model", "backend", "quant", "setting", "tp", "attn", "device", "kv_cache_dtype")
+
+
+class Scenario(_Model):
+    name: str = "run"
+    # single-stream: batch 1, num_prompts repeats (default 3) of output_tokens (default 2048);
+    # throughput: every prompt offered at once unless a rate is given; sweep: as written
+    kind: Literal["sweep", "single-stream", "throughput"] = "sweep"
+    # single-stream speed: output tokens / request time (Qwen2, Qwen2.5), or (prompt + output) / time
+    speed: Literal["output", "total"] = "output"
+    # free text for the tables' Note column (usually set per matrix point by an override)
+    note: str = ""
+    # one block, or a list of blocks whose points are concatenated (tables whose rows do not
+    # form one product, such as a model measured at two GPU counts)
+    matrix: Matrix | tuple[Matrix, ...] | None = None
+
+    @property
+    def matrix_blocks(self) -> tuple[Matrix, ...]:
+        if self.matrix is None:
+            return ()
+        return self.matrix if isinstance(self.matrix, tuple) else (self.matrix,)
+    target: Target = Target()
+    workload: Workload = Workload()
+    load: Load = Load()
+    slo: Slo | None = None
+    serve: Serve | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _kind_defaults(self) -> Scenario:
+        w, ld = self.workload, self.load
+        if self.kind == "single-stream":
+            if any(c != 1 for c in ld.concurrency) or any(r is not None for r in ld.rate):
+                raise ValueError(
+                    "kind single-stream runs at batch 1: drop load.concurrency and load.rate (or set concurrency: 1)"
+                )
+            update: dict[str, Any] = {}
+            if "num_prompts" not in w.model_fields_set:
+                update["num_prompts"] = 3
+            if "output_tokens" not in w.model_fields_set:
+                update["output_tokens"] = (2048,)
+            if update:
+                object.__setattr__(self, "workload", w.model_copy(update=update))
+        if self.kind == "throughput" and "concurrency" not in ld.model_fields_set:
+            object.__setattr__(self, "load", ld.model_copy(update={"concurrency": ("unlimited",)}))
+        return self
+
+

@@ -1,0 +1,425 @@
+"""loadgen's transformers engine: an OpenAI-compatible server on Hugging Face transformers.
+
+``python -m loadgen.servers.hfserve --model PATH`` (what ``loadgen serve MODEL --backend transformers``
+runs). It serves ``/v1/completions`` and ``/v1/chat/completions`` (streamed or whole),
+``/health``, ``/v1/models``, ``/version`` and ``/metrics``, with what a benchmark needs and
+``transformers serve`` lacks: token-id prompts, ``ignore_eos`` / ``min_tokens`` (exact output
+length), the usage chunk (and per-chunk usage with ``continuous_usage_stats``), ``[DONE]``, and
+the model's peak allocated memory on ``/metrics`` (``POST /reset_peak_memory`` starts a new
+peak). The attention implementation is chosen at start (``--attn-implementation``: ``sdpa``,
+``eager``, ``flash_attention_2``), as in the reference tables' "w/wo FA2" rows.
+
+Requests are generated one at a time in arrival order (batch size 1, as the reference speed
+tables measure transformers); a request waiting its turn counts that wait in its TTFT. Each
+token is decoded with the key-value cache and sent as its own chunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import queue
+import resource
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgen.servers.openai.asgi import (
+    ASGIScope,
+    end_stream,
+    error,
+    lifespan,
+    models_list,
+    read_body,
+    respond,
+    run_uvicorn,
+    send_event,
+    start_stream,
+    usage,
+)
+
+ATTENTION = ("sdpa", "eager", "flash_attention_2")
+
+
+@dataclass(slots=True)
+class Job:
+    """One request for the generation thread; events go back through ``emit``."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    min_tokens: int
+    ignore_eos: bool
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+    seed: int | None
+    stop: tuple[str, ...]
+    emit: Any  # callable(kind, payload), thread-safe
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(slots=True)
+class Stats:
+    requests_total: int = 0
+    requests_completed: int = 0
+    requests_waiting: int = 0
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+
+
+class Engine:
+    """The model, its tokenizer and the single generation thread."""
+
+    def __init__(self, model: str, *, dtype: str, attn: str, device: str, max_model_len: int | None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(model)
+        kwargs: dict[str, Any] = {"attn_implementation": attn}
+        if dtype != "auto":
+            kwargs["dtype"] = getattr(torch, dtype)
+        gpus = torch.cuda.device_count() if self.device.type == "cuda" else 0
+        for i in range(gpus):
+            torch.cuda.reset_peak_memory_stats(i)
+        if gpus > 1:  # layers spread over every visible GPU, as the reference tables' multi-GPU rows
+            kwargs["device_map"] = "auto"
+            self.device = torch.device("cuda:0")  # where the embeddings, so the inputs, live
+        loaded: Any = AutoModelForCausalLM.from_pretrained(model, **kwargs)
+        self.model: Any = (loaded if gpus > 1 else loaded.to(self.device)).eval()
+        self.gpus = gpus
+        self.attn = attn
+        self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        self.model_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        cfg = self.model.config
+        self.max_model_len = max_model_len or int(getattr(cfg, "max_position_embeddings", 4096))
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = eos if isinstance(eos, list) else [eos]
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.append(self.tokenizer.eos_token_id)
+        self.eos = frozenset(int(e) for e in eos_ids if e is not None)
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.stats = Stats()
+        self.thread = threading.Thread(target=self._loop, name="generate", daemon=True)
+        self.thread.start()
+
+    def versions(self) -> dict[str, str]:
+        import transformers
+
+        from loadgen import __version__
+
+        return {
+            "version": f"loadgen-transformers {__version__}", "transformers": transformers.__version__,
+            "torch": self.torch.__version__, "attn_implementation": self.attn, "dtype": self.dtype,
+            "device": str(self.device),
+        }
+
+    # -- memory ---------------------------------------------------------------------------
+    def peak_allocated_bytes(self) -> int:
+        """Peak memory the model allocated: CUDA's allocator on a GPU, the process's peak RSS on CPU."""
+        if self.gpus:  # summed over the GPUs the model spans
+            return sum(int(self.torch.cuda.max_memory_allocated(i)) for i in range(self.gpus))
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+    def reset_peak(self) -> None:
+        for i in range(self.gpus):
+            self.torch.cuda.reset_peak_memory_stats(i)
+
+    # -- generation -----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            self.stats.requests_waiting -= 1
+            try:
+                self._generate(job)
+            except Exception as exc:  # noqa: BLE001 - reported to the client, the engine lives on
+                job.emit("error", f"{type(exc).__name__}: {exc}")
+
+    def _pick(self, logits: Any, job: Job, seen: Any, generator: Any, generated: int) -> int:
+        torch = self.torch
+        logits = logits.float()
+        if job.repetition_penalty != 1.0:
+            prev = logits[seen]
+            logits[seen] = torch.where(prev > 0, prev / job.repetition_penalty, prev * job.repetition_penalty)
+        if generated < job.min_tokens or job.ignore_eos:  # exact output length
+            logits[list(self.eos)] = float("-inf")
+        if job.temperature <= 0:
+            return int(torch.argmax(logits))
+        logits = logits / job.temperature
+        if 0 < job.top_k < logits.numel():
+            kth = torch.topk(logits, job.top_k).values[-1]
+            logits[logits < kth] = float("-inf")
+        probs = torch.softmax(logits, dim=-1)
+        if job.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_probs, 0) - sorted_probs < job.top_p
+            mask = torch.zeros_like(probs, dtype=torch.bool)
+            mask[order[keep]] = True
+            probs = torch.where(mask, probs, torch.zeros_like(probs))
+            probs = probs / probs.sum()
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    def _generate(self, job: Job) -> None:
+        torch = self.torch
+        generator = None
+        if job.seed is not None:
+            generator = torch.Generator(device="cpu").manual_seed(job.seed)
+        ids = torch.tensor([job.prompt_ids], device=self.device)
+        seen = torch.tensor(job.prompt_ids, dtype=torch.long)
+        cache = None
+        out: list[int] = []
+        text = ""
+        with torch.inference_mode():
+            while True:
+                if job.cancelled.is_set():
+                    return
+                result = self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+                cache = result.past_key_values
+                token = self._pick(result.logits[0, -1].to("cpu"), job, seen, generator, len(out))
+                out.append(token)
+                seen = torch.cat([seen, torch.tensor([token])])
+                self.stats.generation_tokens_total += 1
+                full = str(self.tokenizer.decode(out, skip_special_tokens=True))
+                # hold back a partial UTF-8 sequence until its last byte arrives
+                delta = "" if full.endswith("\ufffd") else full[len(text):]
+                text += delta
+                finish = None
+                if token in self.eos and not job.ignore_eos:
+                    finish = "stop"
+                elif job.stop and not job.ignore_eos and (hit := next((x for x in job.stop if x in text), None)):
+                    cut = text.index(hit)
+                    delta = delta[: max(0, len(delta) - (len(text) - cut))]
+                    finish = "stop"
+                elif len(out) >= job.max_tokens:
+                    finish = "length"
+                # the token leaves now, with finish_reason on the last one: no chunk waits for the next
+                job.emit("token", (delta, len(out), finish))
+                if finish is not None:
+                    return
+                ids = torch.tensor([[token]], device=self.device)
+
+    def submit(self, job: Job) -> None:
+        self.stats.requests_waiting += 1
+        self.jobs.put(job)
+
+
+class EngineApp:
+    """The ASGI application in front of ``Engine``."""
+
+    def __init__(self, engine: Engine, served_name: str) -> None:
+        self.engine = engine
+        self.name = served_name
+        self.created = int(time.time())
+
+    async def __call__(self, scope: ASGIScope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if method == "GET" and path == "/health":
+            await respond(send, 200, b"")
+        elif method == "GET" and path == "/v1/models":
+            await respond(send, 200, models_list(self.name, self.created, self.engine.max_model_len))
+        elif method == "GET" and path == "/metrics":
+            await respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
+        elif method == "GET" and path == "/version":
+            await respond(send, 200, orjson.dumps(self.engine.versions()))
+        elif method == "POST" and path == "/reset_peak_memory":
+            self.engine.reset_peak()
+            await respond(send, 200, b"")
+        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+            await self._completion(receive, send, chat=path.endswith("chat/completions"))
+        else:
+            await respond(send, 404, error(f"no route {method} {path}", "NotFoundError"))
+
+    def _metrics(self) -> bytes:
+        e, s = self.engine, self.engine.stats
+        dev = e.device.type
+        lines = [
+            "# HELP loadgen_engine_peak_allocated_bytes peak memory allocated by the model "
+            "(CUDA allocator on a GPU, process peak RSS on CPU)",
+            "# TYPE loadgen_engine_peak_allocated_bytes gauge",
+            f'loadgen_engine_peak_allocated_bytes{{device="{dev}"}} {e.peak_allocated_bytes()}',
+            "# TYPE loadgen_engine_model_bytes gauge",
+            f"loadgen_engine_model_bytes {e.model_bytes}",
+            "# TYPE loadgen_engine_info gauge",
+            f'loadgen_engine_info{{attn_implementation="{e.attn}",dtype="{e.dtype}",device="{dev}"}} 1',
+            "# TYPE loadgen_engine_requests_total counter",
+            f"loadgen_engine_requests_total {s.requests_total}",
+            "# TYPE loadgen_engine_requests_completed_total counter",
+            f"loadgen_engine_requests_completed_total {s.requests_completed}",
+            "# TYPE loadgen_engine_requests_waiting gauge",
+            f"loadgen_engine_requests_waiting {s.requests_waiting}",
+            "# TYPE loadgen_engine_prompt_tokens_total counter",
+            f"loadgen_engine_prompt_tokens_total {s.prompt_tokens_total}",
+            "# TYPE loadgen_engine_generation_tokens_total counter",
+            f"loadgen_engine_generation_tokens_total {s.generation_tokens_total}",
+        ]
+        return ("\n".join(lines) + "\n").encode()
+
+    def _prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
+        tok = self.engine.tokenizer
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise ValueError("'messages' must be a non-empty list")
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return list(tok.encode(text, add_special_tokens=False))
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            vocab = self.engine.model.config.vocab_size
+            if any(t < 0 or t >= vocab for t in prompt):
+                raise ValueError(f"token ids must be in [0, {vocab})")
+            return list(prompt)
+        if isinstance(prompt, str) and prompt:
+            return list(tok(prompt).input_ids)
+        raise ValueError("'prompt' must be a non-empty string or list of token ids")
+
+    def _job(self, body: dict[str, Any], prompt_ids: list[int], emit: Any) -> Job:
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if len(prompt_ids) + max_tokens > self.engine.max_model_len:
+            raise ValueError(
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds "
+                f"max_model_len {self.engine.max_model_len}"
+            )
+        if int(body.get("n") or 1) != 1:
+            raise ValueError("only n=1 is supported")
+        stop = body.get("stop") or ()
+        stop = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop)
+        seed = body.get("seed")
+        return Job(
+            prompt_ids=prompt_ids, max_tokens=max_tokens, min_tokens=min(int(body.get("min_tokens") or 0), max_tokens),
+            ignore_eos=bool(body.get("ignore_eos")), temperature=float(body.get("temperature", 1.0) or 0.0),
+            top_p=float(body.get("top_p") or 1.0), top_k=int(body.get("top_k") or 0),
+            repetition_penalty=float(body.get("repetition_penalty") or 1.0),
+            seed=None if seed is None else int(seed), stop=stop, emit=emit,
+        )
+
+    async def _completion(self, receive: Any, send: Any, chat: bool) -> None:
+        raw = await read_body(receive)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def emit(kind: str, payload: Any) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
+
+        self.engine.stats.requests_total += 1
+        try:
+            body = orjson.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+            prompt_ids = self._prompt_ids(body, chat)
+            job = self._job(body, prompt_ids, emit)
+        except (ValueError, TypeError) as exc:
+            await respond(send, 400, error(str(exc)))
+            return
+        self.engine.stats.prompt_tokens_total += len(prompt_ids)
+        self.engine.submit(job)
+        try:
+            if body.get("stream"):
+                await self._stream(send, body, chat, events, len(prompt_ids))
+            else:
+                await self._whole(send, chat, events, len(prompt_ids))
+        finally:
+            job.cancelled.set()  # a client that went away stops the generation
+
+    async def _whole(self, send: Any, chat: bool, events: asyncio.Queue[tuple[str, Any]], n_prompt: int) -> None:
+        parts: list[str] = []
+        while True:
+            kind, payload = await events.get()
+            if kind == "error":
+                await respond(send, 500, error(payload, "InternalServerError"))
+                return
+            delta, n_out, finish = payload
+            parts.append(delta)
+            if finish is not None:
+                break
+        text = "".join(parts)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice |= {"text": text, "logprobs": None}
+        self.engine.stats.requests_completed += 1
+        await respond(send, 200, orjson.dumps({
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": self.name, "choices": [choice], "usage": usage(n_prompt, n_out),
+        }))
+
+    async def _stream(
+        self, send: Any, body: dict[str, Any], chat: bool, events: asyncio.Queue[tuple[str, Any]], n_prompt: int
+    ) -> None:
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage"))
+        continuous = include_usage and bool(options.get("continuous_usage_stats"))
+        base: dict[str, Any] = {
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()), "model": self.name,
+        }
+        await start_stream(send)
+        if chat:
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            await send_event(send, orjson.dumps(base | {"choices": [role]}))
+        n_out = 0
+        while True:
+            kind, payload = await events.get()
+            if kind == "error":
+                await send_event(send, error(payload, "InternalServerError"))
+                await end_stream(send)
+                return
+            delta, n_out, finish = payload
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "delta": {"content": delta}, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
+            chunk = base | {"choices": [choice]}
+            if continuous:
+                chunk["usage"] = usage(n_prompt, n_out)
+            await send_event(send, orjson.dumps(chunk))
+            if finish is not None:
+                break
+        if include_usage:
+            await send_event(send, orjson.dumps(base | {"choices": [], "usage": usage(n_prompt, n_out)}))
+        self.engine.stats.requests_completed += 1
+        await end_stream(send)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m loadgen.servers.hfserve", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="local path or hub id")
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
+    parser.add_argument("--attn-implementation", default="sdpa", choices=ATTENTION)
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    args = parser.parse_args(argv)
+    engine = Engine(args.model, dtype=args.dtype, attn=args.attn_implementation, device=args.device,
+                    max_model_len=args.max_model_len)
+    name = args.served_model_name or Path(args.model).name
+    print(f"transformers engine: {args.model} as {name!r} on {engine.device} ({engine.dtype}, "
+          f"{args.attn_implementation}), max_model_len {engine.max_model_len}", file=sys.stderr, flush=True)
+    run_uvicorn(EngineApp(engine, name), args.host, args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Launching a server: own process group, log to a file, readiness with a deadline, clean stop.
+
+``LaunchSpec`` is the exact command line and environment; ``LaunchedServer`` runs it.
+A server that exits before it is ready is reported at once with the tail of its log; on
+stop the whole process group gets SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+
+import httpx
+
+from loadgen.errors import Interrupted, LaunchError
+from loadgen.scenario.schema import Serve
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    argv: tuple[str, ...]
+    host: str
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    ready_timeout_s: float = 60.0
+    name: str = "server"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def check_port(spec: LaunchSpec) -> None:
+    """Refuse a port something already listens on, before anything is started."""
+    if port_in_use(spec.host, spec.port):
+        raise LaunchError(
+            f"{spec.name}: port {spec.port} on {spec.host} is already in use; "
+            "choose another with --port (serve.port in a scenario)"
+        )
+
+
+def sim_spec(serve: Serve) -> LaunchSpec:
+    """``loadgen sim`` as a child process, with the scenario's timings."""
+    port = serve.port or free_port(serve.host)
+    sim = serve.sim
+    argv = (
+        sys.executable, "-m", "loadgen", "sim", "--host", serve.host, "--port", str(port),
+        "--ttft-ms", f"{sim.ttft_ms:g}", "--itl-ms", f"{sim.itl_ms:g}",
+        "--tokens-per-chunk", str(sim.tokens_per_chunk), "--max-model-len", str(sim.max_model_len),
+        *(x for kind, rate in sim.faults.items() for x in ("--fault", f"{kind}={rate:g}")),
+        "--fault-seed", str(sim.fault_seed), "--stall-s", f"{sim.stall_s:g}", "--slow-ttft-ms", f"{sim.slow_ttft_ms:g}",
+        *(("--crash-after", str(sim.crash_after)) if sim.crash_after else ()),
+        *(("--api-key-env", sim.api_key_env) if sim.api_key_env else ()),
+    )
+    return LaunchSpec(argv, serve.host, port, ready_timeout_s=serve.ready_timeout_s or 60.0, name="sim")
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While starting a server, SIGTERM raises ``Interrupted`` (as SIGINT raises KeyboardInterrupt),
+    so the half-started engine is stopped instead of orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupted(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(f"interrupted by signal {signum} while the server was starting")
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class LaunchedServer:
+    """Context manager: starts ``spec``, waits until ready, always stops the whole group."""
+
+    def __init__(self, spec: LaunchSpec, log_path: Path, grace_s: float = 10.0) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self.grace_s = grace_s
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, on_spawn: Callable[[int], None] | None = None) -> str:
+        """Start the process (``on_spawn`` gets its PID, which is also its process group) and
+        wait until it is ready; returns its base URL."""
+        spec = self.spec
+        check_port(spec)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **spec.env}
+        with self.log_path.open("ab") as log:
+            try:
+                self.proc = subprocess.Popen(
+                    spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=env, start_new_session=True,
+                )
+            except OSError as exc:
+                raise LaunchError(f"{spec.name}: cannot start {spec.argv[0]!r}: {exc}") from exc
+        try:
+            with sigterm_interrupts():
+                if on_spawn is not None:
+                    on_spawn(self.proc.pid)
+                self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return spec.base_url
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        spec = self.spec
+        deadline = time.monotonic() + spec.ready_timeout_s
+        root = f"http://{spec.host}:{spec.port}"
+        stage = "/health"
+        with httpx.Client(timeout=2.0, trust_env=False) as http:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    raise LaunchError(
+                        f"{spec.name} exited with status {code} before it was ready "
+                        f"(log: {self.log_path})",
+                        tail(self.log_path),
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get(root + stage).status_code == 200:
+                        if stage == "/v1/models":
+                            return
+                        stage = "/v1/models"
+                        continue
+                if time.monotonic() > deadline:
+                    raise LaunchError(
+                        f"{spec.name} not ready after {spec.ready_timeout_s:g} s "
+                        f"(waiting for {stage}; log: {self.log_path})",
+                        tail(self.log_path),
+                    )
+                time.sleep(0.2)
+
+    def stop(self) -> int | None:
+        """SIGTERM to the process group, SIGKILL after the grace period; returns the exit code."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(self.grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        # the leader may be gone while children of the group live on
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return proc.returncode
+
+    def __enter__(self) -> LaunchedServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def shell_line(launch: LaunchSpec) -> str:
+    """The command as one line a user can paste: ``ENV=... argv``."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env.items())
+    return f"{env} {shlex.join(launch.argv)}".strip()

@@ -1,0 +1,140 @@
+"""``EngineSpec``: everything ``loadgen serve`` (or a scenario's ``serve:`` block) was told,
+resolved and cross-checked: the checkpoint and quantization from the catalogue, the settings
+preset, the device, GPU placement and parallelism. Each engine family's module turns a spec
+into its real command line (``loadgen.servers.commands``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.errors import UsageError
+from loadgen.scenario.schema import ENGINES
+from loadgen.servers.catalogue import ModelRef, Setting, resolve_model, resolve_setting, rope_scaling
+from loadgen.servers.gpus import gpu_count
+
+DEVICES: tuple[str, ...] = ("auto", "cuda", "cpu")
+DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+ATTENTION: tuple[str, ...] = ("sdpa", "eager", "flash_attention_2")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    backend: str
+    model: ModelRef
+    served_name: str
+    host: str
+    port: int
+    device: str  # "cuda" or "cpu"
+    gpus: tuple[int, ...]
+    tp: int
+    pp: int
+    setting: Setting
+    rope: dict[str, Any] | None = None
+    kv_cache_dtype: str | None = None
+    load_format: str | None = None
+    attn: str = "sdpa"  # the transformers engine's attention implementation
+    slots: int = 16  # llama.cpp parallel slots (>= the concurrency it will see)
+    extra_args: tuple[str, ...] = ()
+    ready_timeout_s: float = 1800.0
+
+    @property
+    def dtype(self) -> str:
+        # quantized checkpoints carry their own activation dtype in their config
+        return DTYPES.get(self.model.quant, "auto")
+
+    @property
+    def env(self) -> dict[str, str]:
+        if self.device == "cpu":
+            return {"CUDA_VISIBLE_DEVICES": ""}
+        return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.gpus)}
+
+
+def parse_gpus(text: str) -> tuple[int, ...]:
+    try:
+        gpus = tuple(int(g) for g in text.split(",") if g.strip() != "")
+    except ValueError:
+        raise UsageError(f"--gpus {text!r}: expected GPU indices such as 0 or 0,1") from None
+    if not gpus or any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
+        raise UsageError(f"--gpus {text!r}: expected distinct GPU indices such as 0 or 0,1")
+    return gpus
+
+
+def _device(device: str, ref: ModelRef, gpus: str | None, tp: int | None) -> str:
+    """``auto``: a GPU engine, except the tiny model on a machine without a GPU, which runs on CPU."""
+    if device not in DEVICES:
+        raise UsageError(f"--device {device!r}: choose one of {', '.join(DEVICES)}")
+    if device != "auto":
+        return device
+    if gpus is not None or tp is not None or ref.entry is None or not ref.entry.generated:
+        return "cuda"
+    return "cuda" if gpu_count() else "cpu"
+
+
+def build_spec(
+    model: str,
+    *,
+    backend: str = "vllm",
+    device: str = "auto",
+    quant: str | None = None,
+    setting: str | None = None,
+    tp: int | None = None,
+    pp: int = 1,
+    gpus: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    kv_cache_dtype: str | None = None,
+    load_format: str | None = None,
+    attn: str = "sdpa",
+    slots: int = 16,
+    extra_args: tuple[str, ...] = (),
+) -> EngineSpec:
+    """Resolve and cross-check everything ``loadgen serve`` was told."""
+    if backend not in ENGINES:
+        raise UsageError(f"--backend {backend!r}: choose one of {', '.join(ENGINES)}")
+    if attn not in ATTENTION:
+        raise UsageError(f"--attn {attn!r}: choose one of {', '.join(ATTENTION)}")
+    if slots < 1:
+        raise UsageError(f"--slots {slots}: must be >= 1")
+    ref = resolve_model(model, quant)
+    if tp is not None and tp < 1:
+        raise UsageError(f"--tp {tp}: must be >= 1")
+    if pp < 1:
+        raise UsageError(f"--pp {pp}: must be >= 1")
+    dev = _device(device, ref, gpus, tp)
+    placed: tuple[int, ...] | None
+    if dev == "cpu":
+        if gpus is not None or (tp or 1) > 1 or pp > 1:
+            raise UsageError("--device cpu: drop --gpus, --tp and --pp (a CPU engine runs as one process)")
+        if backend in ("sglang", "tgi"):
+            raise UsageError(f"--backend {backend}: no CPU build; on CPU use vllm, transformers or llamacpp")
+        tp, placed = 1, ()
+    else:
+        placed = parse_gpus(gpus) if gpus is not None else None
+        if placed is not None:
+            if tp is None:
+                if len(placed) % pp:
+                    raise UsageError(f"--gpus {gpus} --pp {pp}: the GPU count must be a multiple of --pp")
+                tp = len(placed) // pp
+            elif tp * pp != len(placed):
+                raise UsageError(
+                    f"--tp {tp} --gpus {gpus}: tensor x pipeline parallel size ({tp * pp}) must equal "
+                    f"the number of GPUs given ({len(placed)}); drop --tp or list {tp * pp} GPUs"
+                )
+        if tp is None:
+            tp = ref.entry.default_gpus(ref.quant) if ref.entry else 1
+        if placed is None:
+            placed = tuple(range(tp * pp))
+    preset = resolve_setting(setting or "default", ref.entry)
+    if setting is None and ref.entry is not None:
+        # the default preset never asks for more context than the model has natively
+        length = min(preset.max_model_len, ref.entry.context)
+        preset = Setting(preset.name, preset.gpu_memory_utilization, length, preset.enforce_eager)
+    served = ref.entry.alias if ref.entry else ref.checkpoint
+    return EngineSpec(
+        backend=backend, model=ref, served_name=served, host=host, port=port, device=dev, gpus=placed,
+        tp=tp, pp=pp, setting=preset, rope=rope_scaling(ref.entry, preset.max_model_len),
+        kv_cache_dtype=kv_cache_dtype, load_format=load_format, attn=attn, slots=slots,
+        extra_args=extra_args, ready_timeout_s=600.0 if dev == "cpu" else 1800.0,
+    )

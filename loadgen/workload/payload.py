@@ -1,0 +1,96 @@
+"""The one place that builds request bodies, for both APIs.
+
+Pure functions only: the asyncio client and the Locust user both use them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from loadgen.scenario.schema import Sampling, Target
+
+Api = Literal["completions", "chat"]
+ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A request ready to send: its body is serialised before the measured window."""
+
+    cell: int
+    body: bytes
+    input_tokens: int | None
+    max_tokens: int
+    warmup: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One prompt: token ids (completions only), text, or chat messages."""
+
+    input_tokens: int | None
+    token_ids: tuple[int, ...] | None = None
+    text: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+
+
+def api_key(target: Target) -> str | None:
+    """The API key, from the environment variable the scenario names (never from the file)."""
+    return os.environ.get(target.api_key_env) if target.api_key_env else None
+
+
+def auth_headers(target: Target, key: str | None) -> dict[str, str]:
+    """The headers of every request: JSON, the scenario's own, and the bearer key."""
+    headers = {"Content-Type": "application/json", **target.headers}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def build_payload(
+    api: Api,
+    model: str,
+    prompt: Prompt,
+    max_tokens: int,
+    *,
+    sampling: Sampling,
+    ignore_eos: bool = True,
+    min_tokens: bool = True,
+    continuous_usage_stats: bool = True,
+) -> dict[str, Any]:
+    """The JSON body of one streaming request with its output length forced."""
+    body: dict[str, Any] = {"model": model}
+    if api == "chat":
+        if prompt.messages is not None:
+            body["messages"] = list(prompt.messages)
+        elif prompt.text is not None:
+            body["messages"] = [{"role": "user", "content": prompt.text}]
+        else:
+            raise ValueError("a chat request needs text or messages, not token ids")
+    else:
+        if prompt.token_ids is not None:
+            body["prompt"] = list(prompt.token_ids)
+        elif prompt.text is not None:
+            body["prompt"] = prompt.text
+        else:
+            raise ValueError("a completions request needs token ids or text, not messages")
+    body["max_tokens"] = max_tokens
+    if ignore_eos:
+        body["ignore_eos"] = True
+    if min_tokens:
+        body["min_tokens"] = max_tokens
+    body["stream"] = True
+    options: dict[str, bool] = {"include_usage": True}
+    if continuous_usage_stats:
+        options["continuous_usage_stats"] = True
+    body["stream_options"] = options
+    body.update(sampling.model_dump(exclude_none=True))
+    return body
+
+
+def encode_payload(body: dict[str, Any]) -> bytes:
+    return orjson.dumps(body)
