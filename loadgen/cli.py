@@ -9,8 +9,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -18,20 +16,11 @@ from typing import Annotated, Any, TypeVar
 import orjson
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.text import Text
 
 from loadgen import __version__
-from loadgen.errors import LaunchError, LoadgenError
+from loadgen.errors import AbortedError, LaunchError, LoadgenError, TargetError, UsageError
 from loadgen.report.summary import console_tables, render_markdown
-from loadgen.results.records import RequestRecord
-from loadgen.scenario.matrix import Cell
 
 app = typer.Typer(
     name="loadgen",
@@ -64,7 +53,8 @@ def handles_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except LoadgenError as exc:
-            err().print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            # user text is printed as it is: no Rich markup, so "[transformers]" stays in the message
+            err().print(Text.assemble(("error:", "bold red"), " ", str(exc)), highlight=False, soft_wrap=True)
             if isinstance(exc, LaunchError) and exc.log_tail:
                 err().print("--- log tail ---", style="dim")
                 err().print(exc.log_tail, markup=False, highlight=False)
@@ -74,64 +64,6 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-class ProgressObserver:
-    """Live progress: requests done / total, current output tokens/s, errors."""
-
-    WINDOW_S = 3.0
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[tps]:>9} tok/s"),
-            TextColumn("errors {task.fields[errors]}"),
-            TimeElapsedColumn(),
-            console=console,
-        )
-        self.task: TaskID | None = None
-        self.errors = 0
-        self.recent: deque[tuple[float, int]] = deque()
-
-    def message(self, text: str) -> None:
-        self.console.print(text, style="dim", highlight=False)
-
-    def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:
-        if self.task is None:
-            self.progress.start()
-        self.errors = 0
-        self.recent.clear()
-        p = cell.params()
-        desc = (
-            f"cell {cell.index + 1}/{cells} in={p['input_tokens']} "
-            f"out={p['output_tokens']} c={p['concurrency']}"
-        )
-        if p["rate"] is not None:
-            desc += f" rate={p['rate']:g}"
-        self.task = self.progress.add_task(desc, total=total, tps="-", errors=0)
-
-    def record(self, record: RequestRecord) -> None:
-        if record.warmup or self.task is None:
-            return
-        now = time.monotonic()
-        if record.ok:
-            self.recent.append((now, record.output_tokens))
-        elif record.error != "cancelled":
-            self.errors += 1
-        while self.recent and now - self.recent[0][0] > self.WINDOW_S:
-            self.recent.popleft()
-        span = min(self.WINDOW_S, max(now - self.recent[0][0], 0.5)) if self.recent else 1.0
-        tps = sum(n for _, n in self.recent) / span
-        self.progress.update(self.task, advance=1, tps=f"{tps:,.0f}", errors=self.errors)
-
-    def cell_finished(self, cell: Cell, metrics: dict[str, Any]) -> None:
-        pass
-
-    def close(self) -> None:
-        self.progress.stop()
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -160,12 +92,15 @@ def run(
     ] = False,
 ) -> None:
     """Run a scenario: measure, write a run directory, print the tables."""
-    from loadgen.errors import UsageError
     from loadgen.load.run import execute
+    from loadgen.report.progress import ProgressObserver
+    from loadgen.report.views import published_tables, render_tables
     from loadgen.results.rundir import default_run_dir
     from loadgen.scenario.loader import load_scenario
+    from loadgen.servers.catalogue import check_models
 
     sc = load_scenario(scenario, overrides or [])
+    check_models(sc, str(scenario))
     if resume is not None and out_dir is not None and resume != out_dir:
         raise UsageError("--resume DIR continues DIR; drop --out")
     run_dir = resume or out_dir or default_run_dir(sc)
@@ -181,44 +116,22 @@ def run(
     if summary["kind"] == "sweep":
         print_summary(summary)
     else:
-        for t in _tables_of(summary, summary["kind"], spread=True):
-            _print_table(t, "md")
+        _print_text(render_tables(published_tables(summary, summary["kind"], spread=True), "md"))
     failed = [c for c in summary["cells"] if c.get("status") == "failed"]
     for c in failed:
-        err().print(f"cell {c['cell'] + 1} failed: {c['reason']}", highlight=False, soft_wrap=True)
-    out().print(f"run directory: {result.run_dir}", highlight=False)
+        err().print(f"cell {c['cell'] + 1} failed: {c['reason']}", markup=False, highlight=False, soft_wrap=True)
+    out().print(f"run directory: {result.run_dir}", markup=False, highlight=False)
     if summary["cells"] and len(failed) == len(summary["cells"]) and result.aborted is None and not result.interrupted:
-        from loadgen.errors import TargetError
-
         raise TargetError("no cell completed a request: the server could not serve this scenario (reasons above)")
     if result.aborted is not None:
-        from loadgen.errors import AbortedError
-
         raise AbortedError(f"aborted: {result.aborted}; the run directory holds every request measured")
     if result.interrupted:
         err().print("interrupted: the run directory holds every request measured before the stop")
         raise typer.Exit(130)
 
 
-TABLES = ("single-stream", "throughput", "sweep")
-
-
-def _tables_of(summary: dict[str, Any], table: str, spread: bool) -> list[Any]:
-    from loadgen.report.layouts import single_stream_tables, throughput_rows, throughput_table
-
-    if table == "single-stream":
-        return single_stream_tables(summary, spread=spread)
-    return [throughput_table(throughput_rows(summary), title=f"- {summary['scenario']}")]
-
-
-def _print_table(table: Any, fmt: str) -> None:
-    from loadgen.report.tables import render
-
-    if fmt in ("rst", "md") and table.title:
-        out().print(table.title + "\n", markup=False, highlight=False)
-    out().print(render(table, fmt), markup=False, highlight=False, soft_wrap=True)
-    if fmt in ("rst", "md"):
-        out().print("", highlight=False)
+def _print_text(text: str) -> None:
+    out().print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -233,33 +146,28 @@ def report(
     plot: Annotated[bool, typer.Option("--plot", help="write PNG charts into each run directory")] = False,
 ) -> None:
     """Re-render run directories from their records alone, without touching a server."""
-    from loadgen.errors import UsageError
+    from loadgen.report.plots import write_plots
+    from loadgen.report.views import FORMATS, TABLES, check_choice, published_tables, render_tables
     from loadgen.results.rundir import rebuild_summary
 
-    if fmt not in ("console", "md", "rst", "csv", "json"):
-        raise UsageError(f"--format {fmt!r}: choose console, md, rst, csv or json")
-    if table is not None and table not in TABLES:
-        raise UsageError(f"--table {table!r}: choose {', '.join(TABLES)} (compare has its own command)")
+    check_choice("--format", fmt, FORMATS)
+    check_choice("--table", table, TABLES)
     for run_dir in run_dirs:
         summary = rebuild_summary(run_dir)
         kind = table or ("sweep" if summary["kind"] == "sweep" else summary["kind"])
         if plot:
-            from loadgen.report.plots import write_plots
-
             for path in write_plots(summary, run_dir):
-                err().print(f"wrote {path}", highlight=False)
+                err().print(f"wrote {path}", markup=False, highlight=False)
         if kind != "sweep":
-            for t in _tables_of(summary, kind, spread):
-                _print_table(t, "md" if fmt == "console" else fmt)
+            _print_text(render_tables(published_tables(summary, kind, spread), "md" if fmt == "console" else fmt))
         elif fmt == "json":
-            text = orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode()
-            out().print(text, markup=False, highlight=False)
+            _print_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
         elif fmt == "md":
-            out().print(render_markdown(summary), markup=False, highlight=False)
+            _print_text(render_markdown(summary))
         elif fmt in ("rst", "csv"):
             raise UsageError(f"--format {fmt}: a sweep renders as console, md or json; or pass --table")
         else:
-            out().print(f"{run_dir}", style="bold", highlight=False)
+            out().print(f"{run_dir}", style="bold", markup=False, highlight=False)
             print_summary(summary)
 
 
@@ -283,7 +191,7 @@ def compare(
     rows, base = compare_rows(summaries, summaries[0])
     if base < 0:
         raise UsageError(f"--baseline {baseline}: the run has no finished cell to compare against")
-    out().print(render(compare_table(rows, base), fmt), markup=False, highlight=False, soft_wrap=True)
+    _print_text(render(compare_table(rows, base), fmt))
 
 
 @app.command()
@@ -313,7 +221,6 @@ def sim(
     ] = None,
 ) -> None:
     """Run the calibrated simulator: token i leaves at arrival + ttft + i * itl."""
-    from loadgen.errors import UsageError
     from loadgen.servers.sim import SimConfig, SimFaults, serve_sim
 
     if ttft_ms < 0 or itl_ms < 0 or tokens_per_chunk < 1:
@@ -392,6 +299,9 @@ def serve(
     ] = False,
     log: Annotated[Path | None, typer.Option(help="engine log file (default runs/serve-MODEL-TIME.log)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the command and env; start nothing")] = False,
+    script: Annotated[
+        bool, typer.Option("--script", help="print a standalone shell script of the launch (command, env, GPUs)")
+    ] = False,
 ) -> None:
     """Launch an engine with the right flags, wait until it is ready, stop it on Ctrl-C.
 
@@ -399,16 +309,15 @@ def serve(
     """
     import json
     import shlex
-    import signal
-    import threading
     from datetime import datetime
 
-    from loadgen.errors import UsageError
     from loadgen.servers.commands import launch_spec
     from loadgen.servers.containers import container_argv, container_launch
-    from loadgen.servers.launch import LaunchedServer, shell_line, tail
+    from loadgen.servers.launch import LaunchedServer, serve_foreground, shell_line, tail
     from loadgen.servers.preflight import engine_info, prepare, prepare_container
-    from loadgen.servers.spec import build_spec
+    from loadgen.servers.script import launch_script
+    from loadgen.servers.spec import build_spec, describe_spec
+    from loadgen.servers.tiny import ensure_tiny
 
     spec = build_spec(
         model, backend=backend, device=device, quant=quant, setting=setting, tp=tp, pp=pp, gpus=gpus, host=host,
@@ -419,15 +328,16 @@ def serve(
         if container is None:
             raise UsageError("--print-argv: prints the engine's command inside its image; add --container docker")
         if spec.model.entry is not None and spec.model.entry.generated:
-            from loadgen.servers.tiny import ensure_tiny
-
             ensure_tiny()  # the container mounts it (compose: the shared cache volume)
-        out().print(json.dumps(container_argv(spec)), markup=False, highlight=False, soft_wrap=True)
+        _print_text(json.dumps(container_argv(spec)))
         return
     launch = container_launch(spec, container) if container is not None else launch_spec(spec)
+    if script:
+        argv = [a for a in sys.argv[1:] if a != "--script"]
+        sys.stdout.write(launch_script(launch, shlex.join(["loadgen", *argv]), describe_spec(spec)))
+        return
     if dry_run:
-        line = shlex.join(launch.argv) if container is not None else shell_line(launch)
-        out().print(line, markup=False, highlight=False, soft_wrap=True)
+        _print_text(shlex.join(launch.argv) if container is not None else shell_line(launch))
         return
     if container is not None:
         prepare_container(spec, launch, container, force=force)
@@ -435,21 +345,13 @@ def serve(
         prepare(spec, launch, force=force)
     log_path = log or Path("runs") / f"serve-{spec.served_name.replace('/', '_')}-{datetime.now():%Y%m%d-%H%M%S}.log"
     err().print(f"starting: {shell_line(launch)}\nlog: {log_path}", markup=False, highlight=False, soft_wrap=True)
-    server = LaunchedServer(launch, log_path)
-    stop = threading.Event()
-    t = time.monotonic()
-    try:
-        url = server.start()  # Ctrl-C or SIGTERM while starting stops the engine and exits 130
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        ready_s = time.monotonic() - t
+
+    def ready(url: str, seconds: float) -> None:
         what = " ".join(x for x in (launch.name, str(engine_info(url).get("version", ""))) if x)
-        out().print(f"{url}  ({what}, ready in {ready_s:.1f} s; Ctrl-C stops it)", highlight=False)
-        while not stop.is_set() and server.proc is not None and server.proc.poll() is None:
-            stop.wait(0.5)
-    finally:
-        code = server.stop()
-    if not stop.is_set():
+        out().print(f"{url}  ({what}, ready in {seconds:.1f} s; Ctrl-C stops it)", markup=False, highlight=False)
+
+    stopped, code = serve_foreground(LaunchedServer(launch, log_path), ready)
+    if not stopped:
         raise LaunchError(f"{launch.name} exited with status {code} (log: {log_path})", tail(log_path))
 
 

@@ -1,10 +1,10 @@
-"""The load engine: sends a schedule of requests at absolute offsets under a concurrency cap.
+"""The dispatcher: sends a schedule of requests at absolute offsets under a concurrency cap.
 
 One dispatcher walks the schedule in order: it sleeps until a request's absolute start time,
 waits for a free concurrency slot, then starts the request as a task. ``scheduled_at`` is the
 schedule's time and ``sent_at`` the actual one, so send lag is visible on every record.
 A stop event (Ctrl-C, SIGTERM) ends dispatching and cancels what is in flight; each
-cancelled request is still recorded. The engine works on any slice of the schedule
+cancelled request is still recorded. The dispatcher works on any slice of the schedule
 (``indices``), so worker processes can each run a share and their records be merged.
 """
 

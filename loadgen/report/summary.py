@@ -1,10 +1,13 @@
-"""Renderers: a summary as console tables (rich) and as Markdown. Times shown in ms."""
+"""A run's summary for people: console tables (rich) and Markdown (report.md), through the one
+table renderer. Times are shown in ms."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
+from rich.table import Table as RichTable
+
+from loadgen.report.tables import Table, render_md
 
 LATENCIES: tuple[tuple[str, str], ...] = (
     ("ttft_s", "TTFT"),
@@ -79,15 +82,15 @@ def _throughput_line(m: dict[str, Any]) -> str:
     return " | ".join(parts)
 
 
-def console_tables(summary: dict[str, Any]) -> list[Table | str]:
+def console_tables(summary: dict[str, Any]) -> list[RichTable | str]:
     """One latency table per cell, its throughput line, and a sweep overview when swept."""
-    out: list[Table | str] = []
+    out: list[RichTable | str] = []
     for cell in summary["cells"]:
         if cell.get("metrics") is None:
             out.append(f"[{cell['cell']}] {_params_text(cell['params'])}: {cell.get('status')} -- {cell.get('reason')}")
             continue
         title = f"[{cell['cell']}] {_params_text(cell['params'])}"
-        table = Table(title=title, title_justify="left")
+        table = RichTable(title=title, title_justify="left")
         table.add_column("ms", style="bold")
         for c in COLUMNS:
             table.add_column(c, justify="right")
@@ -96,7 +99,7 @@ def console_tables(summary: dict[str, Any]) -> list[Table | str]:
         out.append(table)
         out.append(_throughput_line(cell["metrics"]))
     if sum(1 for c in summary["cells"] if c.get("metrics")) > 1:
-        table = Table(title="sweep", title_justify="left")
+        table = RichTable(title="sweep", title_justify="left")
         headers, rows = sweep_rows(summary)
         for h in headers:
             table.add_column(h, justify="right")
@@ -128,9 +131,7 @@ def sweep_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    return render_md(Table(tuple(headers), tuple(tuple(r) for r in rows)))
 
 
 def render_markdown(summary: dict[str, Any]) -> str:

@@ -26,7 +26,6 @@ FailureClass = Literal[
     "stream_error",  # an error object sent inside a 200 stream
     "cancelled",  # the run was stopped (Ctrl-C, SIGTERM, abort) while it was in flight
 ]
-FAILURE_CLASSES: tuple[str, ...] = FailureClass.__args__  # type: ignore[attr-defined]
 
 # the fields of a record that are times on the run's clock (seconds after its clock base)
 RECORD_TIMES: tuple[str, ...] = ("scheduled_at", "sent_at", "first_token_at", "last_token_at", "done_at")

@@ -24,24 +24,24 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
+from prometheus_client.metrics_core import Metric
 
-from loadgen.servers.openai.asgi import (
-    ASGIScope,
-    end_stream,
+from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
+from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
+from loadgen.servers.openai.protocol import (
+    StreamOptions,
     error,
-    lifespan,
-    models_list,
-    read_body,
-    respond,
-    run_uvicorn,
-    send_event,
-    start_stream,
+    max_tokens_of,
+    object_name,
+    request_body,
     usage,
+    whole_answer,
 )
 
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
@@ -74,7 +74,7 @@ class Stats:
     generation_tokens_total: int = 0
 
 
-class Engine:
+class ModelRunner:
     """The model, its tokenizer and the single generation thread."""
 
     def __init__(self, model: str, *, dtype: str, attn: str, device: str, max_model_len: int | None) -> None:
@@ -215,64 +215,45 @@ class Engine:
         self.jobs.put(job)
 
 
-class EngineApp:
-    """The ASGI application in front of ``Engine``."""
+class TransformersApp(OpenAIApp):
+    """The ASGI application in front of ``ModelRunner``: the shared OpenAI routes, plus ``/version``
+    and ``POST /reset_peak_memory``."""
 
-    def __init__(self, engine: Engine, served_name: str) -> None:
-        self.engine = engine
+    def __init__(self, runner: ModelRunner, served_name: str) -> None:
+        super().__init__(served_name, runner.max_model_len)
+        self.runner = runner
         self.name = served_name
-        self.created = int(time.time())
 
-    async def __call__(self, scope: ASGIScope, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        path, method = scope["path"], scope["method"]
-        if method == "GET" and path == "/health":
-            await respond(send, 200, b"")
-        elif method == "GET" and path == "/v1/models":
-            await respond(send, 200, models_list(self.name, self.created, self.engine.max_model_len))
-        elif method == "GET" and path == "/metrics":
-            await respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
-        elif method == "GET" and path == "/version":
-            await respond(send, 200, orjson.dumps(self.engine.versions()))
-        elif method == "POST" and path == "/reset_peak_memory":
-            self.engine.reset_peak()
-            await respond(send, 200, b"")
-        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            await self._completion(receive, send, chat=path.endswith("chat/completions"))
-        else:
-            await respond(send, 404, error(f"no route {method} {path}", "NotFoundError"))
+    def routes(self) -> dict[tuple[str, str], Route]:
+        return {("GET", "/version"): self._version, ("POST", "/reset_peak_memory"): self._reset_peak}
 
-    def _metrics(self) -> bytes:
-        e, s = self.engine, self.engine.stats
+    async def _version(self, receive: Any, send: Any) -> None:
+        await respond(send, 200, orjson.dumps(self.runner.versions()))
+
+    async def _reset_peak(self, receive: Any, send: Any) -> None:
+        await read_body(receive)
+        self.runner.reset_peak()
+        await respond(send, 200, b"")
+
+    def metric_families(self) -> Iterable[Metric]:
+        e, s = self.runner, self.runner.stats
         dev = e.device.type
-        lines = [
-            "# HELP loadgen_engine_peak_allocated_bytes peak memory allocated by the model "
-            "(CUDA allocator on a GPU, process peak RSS on CPU)",
-            "# TYPE loadgen_engine_peak_allocated_bytes gauge",
-            f'loadgen_engine_peak_allocated_bytes{{device="{dev}"}} {e.peak_allocated_bytes()}',
-            "# TYPE loadgen_engine_model_bytes gauge",
-            f"loadgen_engine_model_bytes {e.model_bytes}",
-            "# TYPE loadgen_engine_info gauge",
-            f'loadgen_engine_info{{attn_implementation="{e.attn}",dtype="{e.dtype}",device="{dev}"}} 1',
-            "# TYPE loadgen_engine_requests_total counter",
-            f"loadgen_engine_requests_total {s.requests_total}",
-            "# TYPE loadgen_engine_requests_completed_total counter",
-            f"loadgen_engine_requests_completed_total {s.requests_completed}",
-            "# TYPE loadgen_engine_requests_waiting gauge",
-            f"loadgen_engine_requests_waiting {s.requests_waiting}",
-            "# TYPE loadgen_engine_prompt_tokens_total counter",
-            f"loadgen_engine_prompt_tokens_total {s.prompt_tokens_total}",
-            "# TYPE loadgen_engine_generation_tokens_total counter",
-            f"loadgen_engine_generation_tokens_total {s.generation_tokens_total}",
-        ]
-        return ("\n".join(lines) + "\n").encode()
+        yield gauge(
+            "loadgen_engine_peak_allocated_bytes",
+            "peak memory allocated by the model (CUDA allocator on a GPU, process peak RSS on CPU)",
+            e.peak_allocated_bytes(), {"device": dev},
+        )
+        yield gauge("loadgen_engine_model_bytes", "bytes of the model's parameters and buffers", e.model_bytes)
+        yield gauge("loadgen_engine_info", "how the model runs", 1,
+                    {"attn_implementation": e.attn, "dtype": str(e.dtype), "device": dev})
+        yield counter("loadgen_engine_requests", "requests received", s.requests_total)
+        yield counter("loadgen_engine_requests_completed", "requests answered in full", s.requests_completed)
+        yield gauge("loadgen_engine_requests_waiting", "requests queued behind the one generating", s.requests_waiting)
+        yield counter("loadgen_engine_prompt_tokens", "prompt tokens of the requests", s.prompt_tokens_total)
+        yield counter("loadgen_engine_generation_tokens", "output tokens generated", s.generation_tokens_total)
 
     def _prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
-        tok = self.engine.tokenizer
+        tok = self.runner.tokenizer
         if chat:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
@@ -283,7 +264,7 @@ class EngineApp:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            vocab = self.engine.model.config.vocab_size
+            vocab = self.runner.model.config.vocab_size
             if any(t < 0 or t >= vocab for t in prompt):
                 raise ValueError(f"token ids must be in [0, {vocab})")
             return list(prompt)
@@ -292,13 +273,11 @@ class EngineApp:
         raise ValueError("'prompt' must be a non-empty string or list of token ids")
 
     def _job(self, body: dict[str, Any], prompt_ids: list[int], emit: Any) -> Job:
-        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-        if len(prompt_ids) + max_tokens > self.engine.max_model_len:
+        max_tokens = max_tokens_of(body)
+        if len(prompt_ids) + max_tokens > self.runner.max_model_len:
             raise ValueError(
                 f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds "
-                f"max_model_len {self.engine.max_model_len}"
+                f"max_model_len {self.runner.max_model_len}"
             )
         if int(body.get("n") or 1) != 1:
             raise ValueError("only n=1 is supported")
@@ -313,7 +292,7 @@ class EngineApp:
             seed=None if seed is None else int(seed), stop=stop, emit=emit,
         )
 
-    async def _completion(self, receive: Any, send: Any, chat: bool) -> None:
+    async def complete(self, scope: ASGIScope, receive: Any, send: Any, *, chat: bool) -> None:
         raw = await read_body(receive)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -321,18 +300,16 @@ class EngineApp:
         def emit(kind: str, payload: Any) -> None:
             loop.call_soon_threadsafe(events.put_nowait, (kind, payload))
 
-        self.engine.stats.requests_total += 1
+        self.runner.stats.requests_total += 1
         try:
-            body = orjson.loads(raw)
-            if not isinstance(body, dict):
-                raise ValueError("body must be a JSON object")
+            body = request_body(raw)
             prompt_ids = self._prompt_ids(body, chat)
             job = self._job(body, prompt_ids, emit)
         except (ValueError, TypeError) as exc:
             await respond(send, 400, error(str(exc)))
             return
-        self.engine.stats.prompt_tokens_total += len(prompt_ids)
-        self.engine.submit(job)
+        self.runner.stats.prompt_tokens_total += len(prompt_ids)
+        self.runner.submit(job)
         try:
             if body.get("stream"):
                 await self._stream(send, body, chat, events, len(prompt_ids))
@@ -352,26 +329,19 @@ class EngineApp:
             parts.append(delta)
             if finish is not None:
                 break
-        text = "".join(parts)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice |= {"text": text, "logprobs": None}
-        self.engine.stats.requests_completed += 1
-        await respond(send, 200, orjson.dumps({
-            "id": f"cmpl-{uuid.uuid4().hex}", "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": self.name, "choices": [choice], "usage": usage(n_prompt, n_out),
-        }))
+        self.runner.stats.requests_completed += 1
+        await respond(send, 200, whole_answer(
+            chat=chat, id_=f"cmpl-{uuid.uuid4().hex}", created=int(time.time()), model=self.name,
+            text="".join(parts), finish=finish, prompt_tokens=n_prompt, completion_tokens=n_out,
+        ))
 
     async def _stream(
         self, send: Any, body: dict[str, Any], chat: bool, events: asyncio.Queue[tuple[str, Any]], n_prompt: int
     ) -> None:
-        options = body.get("stream_options") or {}
-        include_usage = bool(options.get("include_usage"))
-        continuous = include_usage and bool(options.get("continuous_usage_stats"))
+        options = StreamOptions.of(body)
+        include_usage, continuous = options.include_usage, options.continuous
         base: dict[str, Any] = {
-            "id": f"cmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk" if chat else "text_completion",
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": object_name(chat, streamed=True),
             "created": int(time.time()), "model": self.name,
         }
         await start_stream(send)
@@ -398,7 +368,7 @@ class EngineApp:
                 break
         if include_usage:
             await send_event(send, orjson.dumps(base | {"choices": [], "usage": usage(n_prompt, n_out)}))
-        self.engine.stats.requests_completed += 1
+        self.runner.stats.requests_completed += 1
         await end_stream(send)
 
 
@@ -413,12 +383,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--max-model-len", type=int, default=None)
     args = parser.parse_args(argv)
-    engine = Engine(args.model, dtype=args.dtype, attn=args.attn_implementation, device=args.device,
+    runner = ModelRunner(args.model, dtype=args.dtype, attn=args.attn_implementation, device=args.device,
                     max_model_len=args.max_model_len)
     name = args.served_model_name or Path(args.model).name
-    print(f"transformers engine: {args.model} as {name!r} on {engine.device} ({engine.dtype}, "
-          f"{args.attn_implementation}), max_model_len {engine.max_model_len}", file=sys.stderr, flush=True)
-    run_uvicorn(EngineApp(engine, name), args.host, args.port)
+    print(f"transformers engine: {args.model} as {name!r} on {runner.device} ({runner.dtype}, "
+          f"{args.attn_implementation}), max_model_len {runner.max_model_len}", file=sys.stderr, flush=True)
+    run_uvicorn(TransformersApp(runner, name), args.host, args.port)
 
 
 if __name__ == "__main__":

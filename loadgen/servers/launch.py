@@ -206,3 +206,20 @@ def shell_line(launch: LaunchSpec) -> str:
     """The command as one line a user can paste: ``ENV=... argv``."""
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env.items())
     return f"{env} {shlex.join(launch.argv)}".strip()
+
+
+def serve_foreground(server: LaunchedServer, on_ready: Callable[[str, float], None]) -> tuple[bool, int | None]:
+    """Start ``server``, call ``on_ready(base_url, seconds)``, then hold it until SIGINT or
+    SIGTERM; always stops the whole group. Returns (stopped by a signal, the exit code)."""
+    stop = threading.Event()
+    t = time.monotonic()
+    try:
+        url = server.start()  # Ctrl-C or SIGTERM while starting stops the engine and exits 130
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        on_ready(url, time.monotonic() - t)
+        while not stop.is_set() and server.proc is not None and server.proc.poll() is None:
+            stop.wait(0.5)
+    finally:
+        code = server.stop()
+    return stop.is_set(), code

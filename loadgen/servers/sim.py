@@ -24,24 +24,24 @@ import random
 import socket
 import struct
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from prometheus_client.metrics_core import CounterMetricFamily, Metric, SummaryMetricFamily
 
 from loadgen.scenario.schema import FAULTS
-from loadgen.servers.openai.asgi import (
-    ASGIScope,
-    end_stream,
+from loadgen.servers.openai.app import OpenAIApp, counter, gauge
+from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
+from loadgen.servers.openai.protocol import (
+    StreamOptions,
     error,
-    lifespan,
-    models_list,
-    read_body,
-    respond,
-    run_uvicorn,
-    send_event,
-    start_stream,
+    max_tokens_of,
+    object_name,
+    request_body,
     usage,
+    whole_answer,
 )
 from loadgen.workload.words import WORDS
 
@@ -122,13 +122,14 @@ def count_prompt_tokens(body: dict[str, Any], chat: bool) -> int:
     raise ValueError("'prompt' must be a string or a non-empty list of token ids")
 
 
-class SimApp:
+class SimApp(OpenAIApp):
     """The ASGI application; one instance per server, with its counters."""
 
     def __init__(self, config: SimConfig) -> None:
+        super().__init__(config.model, config.max_model_len)
         self.config = config
         self.stats = SimStats()
-        self._created = int(time.time())
+        self._created = self.created
         self._lead_s = 0.0  # running estimate of how late a sleep wakes up
         self._fault_rng = random.Random(config.faults.seed)
 
@@ -157,56 +158,33 @@ class SimApp:
         while time.perf_counter() < deadline:  # noqa: ASYNC110 - a deliberate sub-ms spin
             await asyncio.sleep(0)
 
-    async def __call__(self, scope: ASGIScope, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
+    async def complete(self, scope: ASGIScope, receive: Any, send: Any, *, chat: bool) -> None:
+        arrival = time.perf_counter()
+        key = self.config.api_key
+        if key is not None and (b"authorization", b"Bearer " + key.encode()) not in scope["headers"]:
+            await read_body(receive)
+            await respond(send, 401, error("invalid or missing API key", "AuthenticationError"))
             return
-        if scope["type"] != "http":
-            return
-        path, method = scope["path"], scope["method"]
-        if method == "GET" and path == "/health":
-            await respond(send, 200, b"")
-        elif method == "GET" and path == "/v1/models":
-            await respond(send, 200, models_list(self.config.model, self._created, self.config.max_model_len))
-        elif method == "GET" and path == "/metrics":
-            await respond(send, 200, self._metrics(), b"text/plain; version=0.0.4")
-        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            arrival = time.perf_counter()
-            key = self.config.api_key
-            if key is not None and (b"authorization", b"Bearer " + key.encode()) not in scope["headers"]:
-                await read_body(receive)
-                await respond(send, 401, error("invalid or missing API key", "AuthenticationError"))
-                return
-            await self._generate(receive, send, arrival, chat=path.endswith("chat/completions"))
-        else:
-            await respond(send, 404, error(f"no route {method} {path}"))
+        await self._generate(receive, send, arrival, chat=chat)
 
-    def _metrics(self) -> bytes:
+    def metric_families(self) -> Iterable[Metric]:
         s = self.stats
-        lines = [
-            "# TYPE loadgen_sim_requests_total counter",
-            f"loadgen_sim_requests_total {s.requests_total}",
-            "# TYPE loadgen_sim_requests_completed_total counter",
-            f"loadgen_sim_requests_completed_total {s.requests_completed}",
-            "# TYPE loadgen_sim_requests_running gauge",
-            f"loadgen_sim_requests_running {s.requests_running}",
-            "# TYPE loadgen_sim_prompt_tokens_total counter",
-            f"loadgen_sim_prompt_tokens_total {s.prompt_tokens_total}",
-            "# TYPE loadgen_sim_generation_tokens_total counter",
-            f"loadgen_sim_generation_tokens_total {s.generation_tokens_total}",
-            "# TYPE loadgen_sim_chunk_lateness_seconds summary",
-            f"loadgen_sim_chunk_lateness_seconds_count {s.chunks_timed}",
-            f"loadgen_sim_chunk_lateness_seconds_sum {s.chunk_lateness_sum_s:.9f}",
-            "# TYPE loadgen_sim_chunk_lateness_seconds_max gauge",
-            f"loadgen_sim_chunk_lateness_seconds_max {s.chunk_lateness_max_s:.9f}",
-            "# TYPE loadgen_sim_chunk_lateness_seconds_min gauge",
-            f"loadgen_sim_chunk_lateness_seconds_min {s.chunk_lateness_min_s:.9f}",
-            "# TYPE loadgen_sim_wake_lead_seconds gauge",
-            f"loadgen_sim_wake_lead_seconds {self._lead_s:.9f}",
-            "# TYPE loadgen_sim_faults_total counter",
-            *(f'loadgen_sim_faults_total{{kind="{k}"}} {s.faults.get(k, 0)}' for k, _ in self.config.faults.rates),
-        ]
-        return ("\n".join(lines) + "\n").encode()
+        yield counter("loadgen_sim_requests", "requests received", s.requests_total)
+        yield counter("loadgen_sim_requests_completed", "requests answered in full", s.requests_completed)
+        yield gauge("loadgen_sim_requests_running", "requests being answered", s.requests_running)
+        yield counter("loadgen_sim_prompt_tokens", "prompt tokens of the requests answered", s.prompt_tokens_total)
+        yield counter("loadgen_sim_generation_tokens", "output tokens sent", s.generation_tokens_total)
+        yield SummaryMetricFamily(
+            "loadgen_sim_chunk_lateness_seconds", "how late each chunk left after its deadline",
+            count_value=s.chunks_timed, sum_value=s.chunk_lateness_sum_s,
+        )
+        yield gauge("loadgen_sim_chunk_lateness_seconds_max", "latest chunk", s.chunk_lateness_max_s)
+        yield gauge("loadgen_sim_chunk_lateness_seconds_min", "earliest chunk (never below 0)", s.chunk_lateness_min_s)
+        yield gauge("loadgen_sim_wake_lead_seconds", "how early the simulator wakes before a deadline", self._lead_s)
+        faults = CounterMetricFamily("loadgen_sim_faults", "faults injected, by kind", labels=["kind"])
+        for kind, _ in self.config.faults.rates:
+            faults.add_metric([kind], s.faults.get(kind, 0))
+        yield faults
 
     def _draw_fault(self) -> str | None:
         """At most one fault for this request, in arrival order from the seeded generator."""
@@ -237,13 +215,9 @@ class SimApp:
             _reset(send)
             return
         try:
-            body = orjson.loads(raw)
-            if not isinstance(body, dict):
-                raise ValueError("body must be a JSON object")
+            body = request_body(raw)
             prompt_tokens = count_prompt_tokens(body, chat)
-            max_tokens = int(body.get("max_tokens") or 16)
-            if max_tokens < 1:
-                raise ValueError("max_tokens must be >= 1")
+            max_tokens = max_tokens_of(body)
         except (ValueError, TypeError) as exc:
             await respond(send, 400, error(str(exc)))
             return
@@ -270,17 +244,11 @@ class SimApp:
         cfg = self.config
         await self._sleep_until(arrival + cfg.ttft_s + (max_tokens - 1) * cfg.itl_s)
         text = "".join(" " + WORDS[i % len(WORDS)] for i in range(max_tokens))
-        choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
         self.stats.generation_tokens_total += max_tokens
-        await respond(send, 200, orjson.dumps({
-            "id": "cmpl-sim", "object": "chat.completion" if chat else "text_completion",
-            "created": self._created, "model": self.config.model, "choices": [choice],
-            "usage": usage(prompt_tokens, max_tokens),
-        }))
+        await respond(send, 200, whole_answer(
+            chat=chat, id_="cmpl-sim", created=self._created, model=self.config.model, text=text, finish="length",
+            prompt_tokens=prompt_tokens, completion_tokens=max_tokens,
+        ))
 
     async def _stream(
         self,
@@ -295,10 +263,11 @@ class SimApp:
         """Stream the tokens; False when a fault cut the stream short."""
         cfg = self.config
         half = max(1, max_tokens // 2)  # where mid-stream faults strike: after this many tokens
-        options = body.get("stream_options") or {}
-        include_usage = bool(options.get("include_usage"))
-        continuous = include_usage and bool(options.get("continuous_usage_stats"))
-        obj = "chat.completion.chunk" if chat else "text_completion"
+        options = StreamOptions.of(body)
+        include_usage, continuous = options.include_usage, options.continuous
+        obj = object_name(chat, streamed=True)
+        # chunks are written as bytes from a template: the simulator's hot path, kept cheap so
+        # that its own lateness stays far below what it simulates
         head = (
             f'{{"id":"cmpl-sim","object":"{obj}","created":{self._created},'
             f'"model":"{cfg.model}","choices":['

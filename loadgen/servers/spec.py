@@ -138,3 +138,25 @@ def build_spec(
         kv_cache_dtype=kv_cache_dtype, load_format=load_format, attn=attn, slots=slots,
         extra_args=extra_args, ready_timeout_s=600.0 if dev == "cpu" else 1800.0,
     )
+
+
+ENGINE_NAMES: dict[str, str] = {
+    "vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "transformers": "loadgen's transformers engine",
+    "llamacpp": "llama.cpp",
+}
+
+
+def describe_spec(spec: EngineSpec) -> str:
+    """One line: which engine serves which checkpoint, where, how parallel, with which preset."""
+    where = "CPU" if spec.device == "cpu" else f"GPU{'s' if len(spec.gpus) > 1 else ''} {','.join(map(str, spec.gpus))}"
+    parallel = f", tensor parallel {spec.tp}" if spec.tp > 1 else ""
+    parallel += f", pipeline parallel {spec.pp}" if spec.pp > 1 else ""
+    s = spec.setting
+    quant = "as the GGUF file says" if spec.model.checkpoint.endswith(".gguf") else spec.model.quant
+    preallocates = spec.device == "cuda" and spec.backend in ("vllm", "sglang", "tgi")
+    return (
+        f"{ENGINE_NAMES[spec.backend]} serving {spec.model.checkpoint} ({quant}) on {where}{parallel}; "
+        f"setting {s.name}: max_model_len {s.max_model_len}"
+        + (f", gpu_memory_utilization {s.gpu_memory_utilization:g}" if preallocates else "")
+        + (", eager" if s.enforce_eager and spec.backend in ("vllm", "sglang") else "")
+    )

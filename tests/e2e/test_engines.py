@@ -19,7 +19,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.results.records import read_records
-from loadgen.servers.vllm import vllm_cpu_python
 from tests.conftest import live_group_members
 
 ROOT = Path(__file__).parents[2]
@@ -35,15 +34,6 @@ def popen(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "loadgen", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-
-
-@pytest.fixture(scope="module")
-def vllm_cpu() -> None:
-    if not Path(vllm_cpu_python()).exists():
-        message = "vLLM's CPU build is not installed (loadgen setup vllm-cpu)"
-        if os.environ.get("CI"):
-            pytest.fail(message + "; .ci/run must install it")
-        pytest.skip(message)
 
 
 def scenario(tmp_path: Path, body: str) -> Path:
@@ -165,7 +155,18 @@ def test_no_gpu_is_said_plainly(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.usefixtures("vllm_cpu")
+def test_error_text_keeps_its_brackets() -> None:
+    """Errors are printed as written: Rich markup would swallow "[transformers]"."""
+    proc = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; sys.modules['transformers'] = None; from loadgen.cli import main; sys.argv = "
+         "['loadgen', 'serve', 'tiny', '--backend', 'transformers', '--device', 'cpu', '--port', '0']; main()"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "pip install 'loadgen[transformers]'" in proc.stderr
+
+
 def vllm_counters(base_url: str) -> tuple[float, float]:
     """vLLM's prompt and generation token counters, summed over its label sets."""
     text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
@@ -197,6 +198,7 @@ def locust_against_the_engine(base_url: str, path: Path, tmp_path: Path) -> None
     assert {(r.prompt_tokens, r.output_tokens) for r in records} == {(64, 32)}
 
 
+@pytest.mark.usefixtures("vllm_cpu")
 def test_loadgen_serve_tiny_runs_vllm_cpu_and_serves_a_scenario(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import orjson
 
-from loadgen.report.tables import parse_grid
 from loadgen.results.records import read_records
-from tests.e2e.test_engines import engine_gone, loadgen, popen, scenario, vllm_cpu  # noqa: F401 - fixture
+from tests.e2e.test_engines import engine_gone, loadgen, popen, scenario
+from tests.reference import parse_grid
 
 GRID = """
 name: grid
@@ -24,7 +24,7 @@ matrix:
 """
 
 
-def test_reduced_grid_on_two_engines_renders_the_published_tables(tmp_path: Path, vllm_cpu: None) -> None:  # noqa: F811
+def test_reduced_grid_on_two_engines_renders_the_published_tables(tmp_path: Path, vllm_cpu: None) -> None:
     run_dir = tmp_path / "grid"
     r = loadgen("run", str(scenario(tmp_path, GRID)), "--out", str(run_dir))
     assert r.returncode == 0, r.stderr[-3000:]

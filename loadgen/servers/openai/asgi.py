@@ -1,27 +1,11 @@
-"""Small pieces shared by loadgen's own ASGI servers (the simulator and the transformers engine)."""
+"""ASGI plumbing of loadgen's servers: SSE framing, whole responses, request bodies, lifespan and
+uvicorn."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 ASGIScope = dict[str, Any]
-
-
-def usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def models_list(name: str, created: int, max_model_len: int) -> bytes:
-    """The ``/v1/models`` answer of a server that serves one model."""
-    return orjson.dumps({"object": "list", "data": [{
-        "id": name, "object": "model", "created": created, "owned_by": "loadgen", "max_model_len": max_model_len,
-    }]})
-
-
-def error(message: str, kind: str = "BadRequestError") -> bytes:
-    return orjson.dumps({"object": "error", "message": message, "type": kind})
 
 
 async def send_event(send: Any, data: bytes) -> None:

@@ -8,7 +8,7 @@ from loadgen.errors import ScenarioError
 from loadgen.scenario.loader import load_scenario, parse_scenario
 from loadgen.scenario.matrix import expand_cells
 
-SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted((Path(__file__).parents[3] / "scenarios").glob("*.yaml"))
 
 
 def write(tmp_path: Path, text: str) -> Path:

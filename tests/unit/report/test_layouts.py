@@ -13,8 +13,8 @@ from loadgen.report.layouts import (
     single_stream_table,
     throughput_table,
 )
-from loadgen.report.tables import Table, grid_tables, parse_grid, render_md, render_rst
-from tests.reference import document, speed_tables
+from loadgen.report.tables import Table, render_md, render_rst
+from tests.reference import document, grid_tables, parse_grid, speed_tables
 
 
 def _speed_rows(parsed, extra: str | None) -> list[SpeedRow]:

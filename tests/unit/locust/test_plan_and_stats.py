@@ -17,7 +17,7 @@ from loadgen.results.records import RequestRecord
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import expand_cells
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
 
 def record(

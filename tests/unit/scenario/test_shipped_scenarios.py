@@ -10,12 +10,11 @@ import pytest
 
 from loadgen.load.serving import engine_spec, spec_summary
 from loadgen.report.layouts import QUANT_LABELS, model_label
-from loadgen.report.tables import grid_tables, parse_grid
 from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.matrix import expand_cells
-from tests.reference import document, speed_tables
+from tests.reference import document, grid_tables, parse_grid, speed_tables
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
 
 @pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.name)

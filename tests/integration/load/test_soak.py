@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 
 
 def test_a_minute_of_load_leaves_memory_and_descriptors_flat(tmp_path: Path) -> None:

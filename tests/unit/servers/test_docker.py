@@ -24,7 +24,7 @@ from loadgen.servers.containers import IMAGES, container_argv, container_run
 from loadgen.servers.spec import build_spec
 from tests.compose import InterpolationError, interpolate, load, schema_errors
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCKER = ROOT / "docker"
 ENGINE_FILES = {"vllm": 8000, "sglang": 30000, "tgi": 80}
 ENV = {"MODEL": "qwen2.5-7b", "GPUS": "0,1", "HOME": "/home/u", "TARGET": "http://10.0.0.9:8000/v1"}

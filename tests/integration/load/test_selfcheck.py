@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 
 from tests.conftest import StartSim
-from tests.integration.test_workers import run, scenario
+from tests.integration.load.test_workers import run, scenario
 
 
 def test_a_starved_client_is_reported_client_bound(start_sim: StartSim, tmp_path: Path) -> None:

@@ -1,0 +1,37 @@
+"""What ``loadgen run`` and ``loadgen report`` print for a summary: the published table of
+its kind (single-stream, throughput) in a chosen format, or the sweep's console view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.errors import UsageError
+from loadgen.report.layouts import single_stream_tables, throughput_rows, throughput_table
+from loadgen.report.tables import Table, render
+
+TABLES = ("single-stream", "throughput", "sweep")
+FORMATS = ("console", "md", "rst", "csv", "json")
+
+
+def check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> None:
+    if value is not None and value not in choices:
+        raise UsageError(f"{option} {value!r}: choose {', '.join(choices)}")
+
+
+def published_tables(summary: dict[str, Any], table: str, spread: bool) -> list[Table]:
+    """The single-stream tables (one per model) or the throughput table of a summary."""
+    if table == "single-stream":
+        return single_stream_tables(summary, spread=spread)
+    return [throughput_table(throughput_rows(summary), title=f"- {summary['scenario']}")]
+
+
+def render_tables(tables: list[Table], fmt: str) -> str:
+    """Tables in one format; Markdown and RST get their titles above them."""
+    parts = []
+    for t in tables:
+        if fmt in ("rst", "md") and t.title:
+            parts.append(t.title + "\n")
+        parts.append(render(t, fmt))
+        if fmt in ("rst", "md"):
+            parts.append("")
+    return "\n".join(parts)
