@@ -79,14 +79,18 @@ def run_case(
     cpu = time.process_time() - cpu
     after = sim_lateness(base_url)
     sim_cpu = process_cpu_s(sim_pid) - sim_cpu
-    m = result.summary["cells"][0]["metrics"]
+    m = result.summary.cells[0].metrics
+    assert m is not None
+    assert m.request_throughput is not None
+    assert m.ttft_s.p50 is not None
+    assert m.itl_s.p50 is not None
     chunks = sum(len(r.chunk_tokens) for r in read_records(run_dir / "records.jsonl"))
     implied = concurrency / (TTFT_S + (output - 1) * ITL_S)
     return {
         "concurrency": concurrency, "prompts": prompts, "output_tokens": output,
-        "ttft_p50_ms": m["ttft_s"]["p50"] * 1e3, "itl_p50_ms": m["itl_s"]["p50"] * 1e3,
-        "qps": m["request_throughput"], "qps_implied": implied,
-        "qps_error_pct": (m["request_throughput"] / implied - 1) * 100,
+        "ttft_p50_ms": m.ttft_s.p50 * 1e3, "itl_p50_ms": m.itl_s.p50 * 1e3,
+        "qps": m.request_throughput, "qps_implied": implied,
+        "qps_error_pct": (m.request_throughput / implied - 1) * 100,
         "client_cpu_s": cpu, "chunks": chunks, "client_cpu_ms_per_1k_chunks": cpu / chunks * 1e6,
         "sim_chunk_lateness_mean_ms": (after[1] - before[1]) / max(after[0] - before[0], 1) * 1e3,
         "sim_cpu_s": sim_cpu,

@@ -21,6 +21,7 @@ from rich.text import Text
 from loadgen import __version__
 from loadgen.errors import AbortedError, LaunchError, LoadgenError, TargetError, UsageError
 from loadgen.report.summary import console_tables, render_markdown
+from loadgen.results.summary import Summary
 
 app = typer.Typer(
     name="loadgen",
@@ -66,7 +67,7 @@ def handles_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def print_summary(summary: dict[str, Any]) -> None:
+def print_summary(summary: Summary) -> None:
     for item in console_tables(summary):
         out().print(item, highlight=False)
 
@@ -113,15 +114,15 @@ def run(
     finally:
         observer.close()
     summary = result.summary
-    if summary["kind"] == "sweep":
+    if summary.kind == "sweep":
         print_summary(summary)
     else:
-        _print_text(render_tables(published_tables(summary, summary["kind"], spread=True), "md"))
-    failed = [c for c in summary["cells"] if c.get("status") == "failed"]
+        _print_text(render_tables(published_tables(summary, summary.kind, spread=True), "md"))
+    failed = [c for c in summary.cells if c.status == "failed"]
     for c in failed:
-        err().print(f"cell {c['cell'] + 1} failed: {c['reason']}", markup=False, highlight=False, soft_wrap=True)
+        err().print(f"cell {c.cell + 1} failed: {c.reason}", markup=False, highlight=False, soft_wrap=True)
     out().print(f"run directory: {result.run_dir}", markup=False, highlight=False)
-    if summary["cells"] and len(failed) == len(summary["cells"]) and result.aborted is None and not result.interrupted:
+    if summary.cells and len(failed) == len(summary.cells) and result.aborted is None and not result.interrupted:
         raise TargetError("no cell completed a request: the server could not serve this scenario (reasons above)")
     if result.aborted is not None:
         raise AbortedError(f"aborted: {result.aborted}; the run directory holds every request measured")
@@ -154,14 +155,14 @@ def report(
     check_choice("--table", table, TABLES)
     for run_dir in run_dirs:
         summary = rebuild_summary(run_dir)
-        kind = table or ("sweep" if summary["kind"] == "sweep" else summary["kind"])
+        kind = table or summary.kind
         if plot:
             for path in write_plots(summary, run_dir):
                 err().print(f"wrote {path}", markup=False, highlight=False)
         if kind != "sweep":
             _print_text(render_tables(published_tables(summary, kind, spread), "md" if fmt == "console" else fmt))
         elif fmt == "json":
-            _print_text(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+            _print_text(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
         elif fmt == "md":
             _print_text(render_markdown(summary))
         elif fmt in ("rst", "csv"):

@@ -42,6 +42,7 @@ from loadgen.results.rundir import (
     set_aside_records,
     write_json,
 )
+from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.matrix import Cell, expand_cells
 from loadgen.scenario.redact import dump_scenario
 from loadgen.scenario.schema import Scenario
@@ -57,7 +58,7 @@ class Observer(Protocol):
     def message(self, text: str) -> None: ...
     def cell_started(self, cell: Cell, total: int | None, cells: int) -> None: ...
     def record(self, record: RequestRecord) -> None: ...
-    def cell_finished(self, cell: Cell, metrics: dict[str, Any]) -> None: ...
+    def cell_finished(self, cell: Cell, summary: CellSummary) -> None: ...
 
 
 class QuietObserver:
@@ -70,14 +71,14 @@ class QuietObserver:
     def record(self, record: RequestRecord) -> None:
         pass
 
-    def cell_finished(self, cell: Cell, metrics: dict[str, Any]) -> None:
+    def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
         pass
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     interrupted: bool
     aborted: str | None = None  # the abort rule that ended the run, in words
 
@@ -96,7 +97,7 @@ def execute(
     *,
     base_url: str | None = None,
     observer: Observer | None = None,
-    render_report: Callable[[dict[str, Any]], str] | None = None,
+    render_report: Callable[[Summary], str] | None = None,
     resume: bool = False,
     retry_failed: bool = False,
 ) -> RunResult:
@@ -146,8 +147,7 @@ def execute(
         )
     summary = run.summary()
     if run.abort_reason is not None:
-        summary["aborted"] = run.abort_reason
-        write_json(run_dir / SUMMARY, summary)  # report.md already says what was measured
+        write_json(run_dir / SUMMARY, summary.to_dict())  # report.md already says what was measured
     return RunResult(run_dir, summary, run.stop_requested, run.abort_reason)
 
 
@@ -191,13 +191,13 @@ class _Run:
 
     def __init__(
         self, scenario: Scenario, out: RunDirWriter, provenance: dict[str, Any], obs: Observer,
-        render_report: Callable[[dict[str, Any]], str] | None, n_cells: int, *, plain: bool,
+        render_report: Callable[[Summary], str] | None, n_cells: int, *, plain: bool,
     ) -> None:
         self.scenario, self.out, self.provenance, self.obs = scenario, out, provenance, obs
         self.run_dir = run_dir = out.run_dir
         self.render_report, self.n_cells = render_report, n_cells
-        self.entries: dict[int, dict[str, Any]] = {
-            e["cell"]: e for e in build_summary_from_dir(run_dir, scenario)["cells"]
+        self.entries: dict[int, CellSummary] = {
+            e.cell: e for e in build_summary_from_dir(run_dir, scenario).cells
         }
         self.writer = out.records
         self.probes = ProbeLog(run_dir / PROBES)
@@ -209,10 +209,11 @@ class _Run:
         # (how it exited, its log, the cell it died in) of the last engine that died mid-cell
         self.engine_death: tuple[str, Path, int] | None = None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         cells = [self.entries[i] for i in sorted(self.entries)]
         return assemble_summary(
-            self.scenario, cells, model=self.provenance.get("model"), interrupted=self.stop_requested
+            self.scenario, cells, model=self.provenance.get("model"), interrupted=self.stop_requested,
+            aborted=self.abort_reason,
         )
 
     def write_outputs(self) -> None:
@@ -227,10 +228,10 @@ class _Run:
         samples = self.probes.samples(cell.index)
         self.entries[cell.index] = cell_summary(self.scenario, cell, records, line, samples)
         self.write_outputs()
-        self.obs.cell_finished(cell, self.entries[cell.index].get("metrics") or {})
+        self.obs.cell_finished(cell, self.entries[cell.index])
         if status == "failed":
             self.obs.message(f"cell {cell.index + 1}/{self.n_cells} failed: {reason}")
-        if (health := self.entries[cell.index].get("client")) and health["client_bound"]:
+        if (health := self.entries[cell.index].client) and health["client_bound"]:
             self.obs.message(
                 f"warning: cell {cell.index + 1}/{self.n_cells} was client-bound ({'; '.join(health['reasons'])}): "
                 f"its TTFT / ITL include the client's own delay; {health['advice']}"

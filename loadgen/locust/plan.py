@@ -7,7 +7,7 @@ uses them while it runs. Nothing here needs gevent or Locust.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from loadgen.errors import ScenarioError
 from loadgen.report.summary import render_markdown
 from loadgen.results.records import RECORD_TIMES, RequestRecord
 from loadgen.results.rundir import RunDirWriter, build_summary_from_dir
+from loadgen.results.summary import Summary
 from loadgen.scenario.matrix import expand_cells, points
 from loadgen.scenario.overrides import apply_overrides
 from loadgen.scenario.schema import Scenario
@@ -111,7 +112,7 @@ class RunDirSink:
         self.out.records.write(record)
         self.cells_seen.add(record.cell)
 
-    def close(self, users: tuple[int, ...], *, interrupted: bool, server: dict[str, Any]) -> dict[str, Any]:
+    def close(self, users: tuple[int, ...], *, interrupted: bool, server: dict[str, Any]) -> Summary:
         """Write the scenario, cell statuses, summary and report; returns the summary."""
         scenario = locust_scenario(self.plan, users)
         self.out.write_scenario(scenario)
@@ -121,7 +122,6 @@ class RunDirSink:
         self.out.close()
         self.provenance["end_wall"] = datetime.now(UTC).isoformat()
         self.out.write_provenance(self.provenance)
-        summary = build_summary_from_dir(self.run_dir, scenario)
-        summary["interrupted"] = interrupted
+        summary = replace(build_summary_from_dir(self.run_dir, scenario), interrupted=interrupted)
         self.out.write_summary(summary, render_markdown(summary))
         return summary

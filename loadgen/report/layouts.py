@@ -12,6 +12,7 @@ from pathlib import PurePath
 from typing import Any
 
 from loadgen.report.tables import Table
+from loadgen.results.summary import CellSummary, Distribution, Summary
 from loadgen.servers.catalogue import load_catalogue, resolve_setting
 
 QUANT_LABELS: dict[str, str] = {
@@ -36,12 +37,12 @@ def model_label(server: dict[str, Any]) -> str:
     return PurePath(str(server.get("checkpoint") or name)).name
 
 
-def cell_memory(cell: dict[str, Any]) -> tuple[float | None, str]:
+def cell_memory(cell: CellSummary) -> tuple[float | None, str]:
     """GiB for the memory column, or why there is none: the transformers engine's own peak
     allocation (as the documents measure it), else what NVML saw the engine's processes hold."""
-    server = cell.get("server") or {}
-    gpu = cell.get("gpu_memory") or {}
-    peak = ((cell.get("server_metrics") or {}).get("engine_peak_allocated_bytes") or {}).get("max")
+    server = cell.server
+    gpu = cell.gpu_memory
+    peak = ((cell.server_metrics or {}).get("engine_peak_allocated_bytes") or {}).get("max")
     if server.get("device") == "cpu":
         return None, "n/a (CPU)"
     if server.get("backend") == "transformers" and peak:
@@ -79,24 +80,29 @@ class SpeedRow:
     speed_std: float | None = None
 
 
-def speed_rows(summary: dict[str, Any]) -> list[SpeedRow]:
+def speed_of(summary: Summary, cell: CellSummary) -> Distribution:
+    """The single-stream speed the scenario asks for (output, or prompt + output, tokens/s)."""
+    if cell.metrics is None:
+        return Distribution()
+    return cell.metrics.speed_total_tokens_per_s if summary.speed == "total" else cell.metrics.speed_tokens_per_s
+
+
+def speed_rows(summary: Summary) -> list[SpeedRow]:
     """One row per single-stream cell (failed cells keep their row, with the reason as note)."""
-    key = "speed_total_tokens_per_s" if summary.get("speed") == "total" else "speed_tokens_per_s"
     rows = []
-    for cell in summary["cells"]:
-        server = cell.get("server") or {}
-        m = cell.get("metrics")
-        dist = (m or {}).get(key) or {}
+    for cell in summary.cells:
+        server = cell.server
+        dist = speed_of(summary, cell)
         mem, mem_text = cell_memory(cell)
-        note = cell.get("note") or ""
-        if cell.get("status") == "failed":
-            note = f"failed: {cell.get('reason')}"[:60]
+        note = cell.note
+        if cell.status == "failed":
+            note = f"failed: {cell.reason}"[:60]
         gpus = server.get("gpu_count")
         rows.append(SpeedRow(
-            model=model_label(server), input_length=int(cell["params"]["input_tokens"]),
+            model=model_label(server), input_length=int(cell.params["input_tokens"]),
             quantization=QUANT_LABELS.get(str(server.get("quant")), str(server.get("quant"))),
             gpu_num="CPU" if server.get("device") == "cpu" else ("-" if gpus is None else str(gpus)),
-            speed=dist.get("mean"), speed_std=dist.get("std"), memory_gib=mem, memory_text=mem_text,
+            speed=dist.mean, speed_std=dist.std, memory_gib=mem, memory_text=mem_text,
             note=note, setting=server.get("setting"),
         ))
     return rows
@@ -139,16 +145,16 @@ def single_stream_table(
     return Table(tuple(headers), tuple(body), group_columns=2, key_columns=4, title=title, footnotes=footnotes)
 
 
-def single_stream_tables(summary: dict[str, Any], *, spread: bool = False) -> list[Table]:
+def single_stream_tables(summary: Summary, *, spread: bool = False) -> list[Table]:
     """The documents' layout: one table per model and engine, settings presets as footnotes."""
-    groups: dict[tuple[str, str], list[tuple[SpeedRow, dict[str, Any]]]] = {}
-    for row, cell in zip(speed_rows(summary), summary["cells"], strict=True):
-        engine = str((cell.get("server") or {}).get("backend"))
+    groups: dict[tuple[str, str], list[tuple[SpeedRow, CellSummary]]] = {}
+    for row, cell in zip(speed_rows(summary), summary.cells, strict=True):
+        engine = str(cell.server.get("backend"))
         groups.setdefault((row.model, engine), []).append((row, cell))
     tables = []
     for (model, engine), items in groups.items():
         rows = [r for r, _ in items]
-        server = items[0][1].get("server") or {}
+        server = items[0][1].server
         settings = sorted({r.setting for r in rows if r.setting}, key=lambda s: (s != "default", s))
         notes = []
         if any(s != "default" for s in settings):
@@ -156,7 +162,7 @@ def single_stream_tables(summary: dict[str, Any], *, spread: bool = False) -> li
             notes = list(dict.fromkeys(notes))
         if engine in PREALLOCATING:
             kv = [
-                (c.get("server_metrics") or {}).get("kv_cache_usage", {}).get("max") for _, c in items
+                (c.server_metrics or {}).get("kv_cache_usage", {}).get("max") for _, c in items
             ]
             kv_peak = max((k for k in kv if k is not None), default=None)
             notes.append(
@@ -180,16 +186,15 @@ class ThroughputRow:
     output_tokens_per_s: float | None = None
 
 
-def throughput_rows(summary: dict[str, Any]) -> list[ThroughputRow]:
+def throughput_rows(summary: Summary) -> list[ThroughputRow]:
     rows = []
-    for cell in summary["cells"]:
-        server = cell.get("server") or {}
-        m = cell.get("metrics") or {}
+    for cell in summary.cells:
+        server, m = cell.server, cell.metrics
         rows.append(ThroughputRow(
             model=model_label(server), quantization=QUANT_LABELS.get(quant := str(server.get("quant")), quant),
-            prompts=int(cell["params"].get("num_prompts") or m.get("requests") or 0),
-            qps=m.get("request_throughput"), tokens_per_s=m.get("total_token_throughput"),
-            output_tokens_per_s=m.get("output_throughput"),
+            prompts=int(cell.params.get("num_prompts") or (m.requests if m else 0)),
+            qps=m.request_throughput if m else None, tokens_per_s=m.total_token_throughput if m else None,
+            output_tokens_per_s=m.output_throughput if m else None,
         ))
     return rows
 
@@ -218,28 +223,27 @@ class CompareRow:
 MATCH_KEYS = ("input_tokens", "output_tokens", "concurrency", "rate", "num_prompts")
 
 
-def _match_key(cell: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(cell["params"].get(k) for k in MATCH_KEYS)
+def _match_key(cell: CellSummary) -> tuple[Any, ...]:
+    return tuple(cell.params.get(k) for k in MATCH_KEYS)
 
 
-def _avg_speed(cell: dict[str, Any], kind: str) -> float | None:
-    m = cell.get("metrics") or {}
-    if kind == "single-stream":
-        return (m.get("speed_tokens_per_s") or {}).get("mean")
-    value = m.get("output_throughput")
-    return float(value) if value is not None else None
+def _avg_speed(cell: CellSummary, kind: str) -> float | None:
+    m = cell.metrics
+    if m is None:
+        return None
+    return m.speed_tokens_per_s.mean if kind == "single-stream" else m.output_throughput
 
 
 def compare_rows(
-    runs: list[tuple[str, dict[str, Any]]], baseline: tuple[str, dict[str, Any]]
+    runs: list[tuple[str, Summary]], baseline: tuple[str, Summary]
 ) -> tuple[list[CompareRow], int]:
     """One row per (run, engine configuration), averaged over the cells whose parameters the
     baseline also measured; returns the rows and the baseline row's index."""
-    def configs(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-        out: dict[str, list[dict[str, Any]]] = {}
-        for cell in summary["cells"]:
-            if cell.get("status") == "done":
-                s = cell.get("server") or {}
+    def configs(summary: Summary) -> dict[str, list[CellSummary]]:
+        out: dict[str, list[CellSummary]] = {}
+        for cell in summary.cells:
+            if cell.status == "done":
+                s = cell.server
                 key = repr(sorted((k, str(v)) for k, v in s.items() if k not in ("version", "gpus")))
                 out.setdefault(key, []).append(cell)
         return out
@@ -256,9 +260,9 @@ def compare_rows(
             common = [c for c in cells if _match_key(c) in base_keys]
             if name == base_name and i == 0 and base_index < 0:
                 base_index = len(rows)
-            speeds = [v for c in common if (v := _avg_speed(c, summary.get("kind", "sweep"))) is not None]
+            speeds = [v for c in common if (v := _avg_speed(c, summary.kind)) is not None]
             mems = [m for c in common if (m := cell_memory(c)[0]) is not None]
-            s = common[0]["server"] if common else cells[0].get("server") or {}
+            s = common[0].server if common else cells[0].server
             notes = name
             if s.get("version"):
                 notes += f", {SOFTWARE_LABELS.get(str(s.get('backend')), '')} {s['version']}"

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from loadgen.report.layouts import ENGINE_LABELS, QUANT_LABELS, model_label
+from loadgen.report.layouts import ENGINE_LABELS, QUANT_LABELS, model_label, speed_of
+from loadgen.results.summary import Distribution, Summary
 
 
 def _pyplot() -> Any:
@@ -24,18 +25,17 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_speed(summary: dict[str, Any], path: Path) -> Path | None:
-    key = "speed_total_tokens_per_s" if summary.get("speed") == "total" else "speed_tokens_per_s"
+def plot_speed(summary: Summary, path: Path) -> Path | None:
     panels: dict[str, dict[str, list[tuple[int, float, float, float]]]] = {}
-    for cell in summary["cells"]:
-        dist = (cell.get("metrics") or {}).get(key) or {}
-        if dist.get("mean") is None:
+    for cell in summary.cells:
+        dist = speed_of(summary, cell)
+        if dist.mean is None or dist.min is None or dist.max is None:
             continue
-        s = cell.get("server") or {}
+        s = cell.server
         quant, engine = str(s.get("quant")), str(s.get("backend"))
         line = f"{QUANT_LABELS.get(quant, quant)} ({ENGINE_LABELS.get(engine, engine)})"
         panels.setdefault(model_label(s), {}).setdefault(line, []).append(
-            (int(cell["params"]["input_tokens"]), dist["mean"], dist["min"], dist["max"])
+            (int(cell.params["input_tokens"]), dist.mean, dist.min, dist.max)
         )
     if not panels:
         return None
@@ -54,27 +54,27 @@ def plot_speed(summary: dict[str, Any], path: Path) -> Path | None:
         ax.minorticks_off()
         ax.set_title(model)
         ax.set_xlabel("input length (tokens)")
-        ax.set_ylabel("speed (generated tokens/s)" if key == "speed_tokens_per_s" else "speed (total tokens/s)")
+        ax.set_ylabel("speed (total tokens/s)" if summary.speed == "total" else "speed (generated tokens/s)")
         ax.grid(True, alpha=0.3)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{summary['scenario']}: single-stream speed (batch 1)")
+    fig.suptitle(f"{summary.scenario}: single-stream speed (batch 1)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
-def plot_throughput(summary: dict[str, Any], path: Path) -> Path | None:
+def plot_throughput(summary: Summary, path: Path) -> Path | None:
     bars = []
-    for cell in summary["cells"]:
-        m = cell.get("metrics") or {}
-        if m.get("total_token_throughput") is None:
+    for cell in summary.cells:
+        m = cell.metrics
+        if m is None or m.total_token_throughput is None:
             continue
-        s = cell.get("server") or {}
+        s = cell.server
         quant = str(s.get("quant"))
-        label = f"{model_label(s)}\n{QUANT_LABELS.get(quant, quant)}, {cell['params'].get('num_prompts')} prompts"
-        bars.append((label, m["total_token_throughput"], m["output_throughput"], m["request_throughput"]))
+        label = f"{model_label(s)}\n{QUANT_LABELS.get(quant, quant)}, {cell.params.get('num_prompts')} prompts"
+        bars.append((label, m.total_token_throughput, m.output_throughput or 0.0, m.request_throughput or 0.0))
     if not bars:
         return None
     plt = _pyplot()
@@ -86,7 +86,7 @@ def plot_throughput(summary: dict[str, Any], path: Path) -> Path | None:
         ax.annotate(f"{b[3]:.2f} QPS", (x - 0.2, b[1]), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs), [b[0] for b in bars], fontsize=8)
     ax.set_ylabel("tokens/s")
-    ax.set_title(f"{summary['scenario']}: throughput")
+    ax.set_title(f"{summary.scenario}: throughput")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -95,15 +95,15 @@ def plot_throughput(summary: dict[str, Any], path: Path) -> Path | None:
     return path
 
 
-def plot_latency(summary: dict[str, Any], path: Path) -> Path | None:
-    pts: list[tuple[float, dict[str, Any], dict[str, Any], str]] = []
-    for cell in summary["cells"]:
-        m = cell.get("metrics") or {}
-        if m.get("output_throughput") is None:
+def plot_latency(summary: Summary, path: Path) -> Path | None:
+    pts: list[tuple[float, Distribution, Distribution, str]] = []
+    for cell in summary.cells:
+        m = cell.metrics
+        if m is None or m.output_throughput is None:
             continue
-        p = cell["params"]
+        p = cell.params
         label = f"c={p['concurrency']}" if p.get("rate") is None else f"{p['rate']:g}/s"
-        pts.append((m["output_throughput"], m["ttft_s"], m["tpot_s"], label))
+        pts.append((m.output_throughput, m.ttft_s, m.tpot_s, label))
     if len(pts) < 2:
         return None
     plt = _pyplot()
@@ -111,26 +111,26 @@ def plot_latency(summary: dict[str, Any], path: Path) -> Path | None:
     for ax, name in ((axes[0], "TTFT"), (axes[1], "TPOT")):
         dists = [(p[0], p[1] if name == "TTFT" else p[2], p[3]) for p in pts]
         for q, style in (("p50", "o-"), ("p99", "s--")):
-            xs = [x for x, d, _ in dists if d[q] is not None]
-            ys = [d[q] * 1e3 for _, d, _ in dists if d[q] is not None]
+            xs = [x for x, d, _ in dists if d.get(q) is not None]
+            ys = [(d.get(q) or 0.0) * 1e3 for _, d, _ in dists if d.get(q) is not None]
             ax.plot(xs, ys, style, label=f"{name} {q}")
         for x, d, label in dists:
-            if d["p50"] is not None:
-                ax.annotate(label, (x, d["p50"] * 1e3), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            if d.p50 is not None:
+                ax.annotate(label, (x, d.p50 * 1e3), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set_xlabel("output tokens/s")
         ax.set_ylabel(f"{name} (ms)")
         ax.grid(True, alpha=0.3)
         ax.legend()
-    fig.suptitle(f"{summary['scenario']}: latency against throughput")
+    fig.suptitle(f"{summary.scenario}: latency against throughput")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
-def write_plots(summary: dict[str, Any], run_dir: Path) -> list[Path]:
+def write_plots(summary: Summary, run_dir: Path) -> list[Path]:
     """The charts that fit the run's kind; returns the files written."""
-    kind = summary.get("kind", "sweep")
+    kind = summary.kind
     made = []
     if kind == "single-stream":
         made.append(plot_speed(summary, run_dir / "speed.png"))

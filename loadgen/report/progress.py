@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from loadgen.results.records import RequestRecord
+from loadgen.results.summary import CellSummary
 from loadgen.scenario.matrix import Cell
 
 
@@ -64,7 +64,7 @@ class ProgressObserver:
         tps = sum(n for _, n in self.recent) / span
         self.progress.update(self.task, advance=1, tps=f"{tps:,.0f}", errors=self.errors)
 
-    def cell_finished(self, cell: Cell, metrics: dict[str, Any]) -> None:
+    def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
         pass
 
     def close(self) -> None:

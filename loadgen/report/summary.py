@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table as RichTable
 
 from loadgen.report.tables import Table, render_md
+from loadgen.results.summary import CellMetrics, CellSummary, Distribution, Summary
 
 LATENCIES: tuple[tuple[str, str], ...] = (
     ("ttft_s", "TTFT"),
@@ -27,18 +28,15 @@ def _num(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
 
-def _open_loop(params: dict[str, Any]) -> bool:
-    return params.get("rate") is not None
-
-
-def _latency_rows(cell: dict[str, Any]) -> list[list[str]]:
-    m = cell["metrics"]
+def _latency_rows(cell: CellSummary) -> list[list[str]]:
+    m = cell.metrics
+    assert m is not None
     rows = []
     for key, label in LATENCIES:
-        if key == "ttft_from_schedule_s" and not _open_loop(cell["params"]):
+        if key == "ttft_from_schedule_s" and not cell.open_loop:
             continue
-        dist = m[key]
-        rows.append([label, *(_ms(dist[c]) for c in COLUMNS)])
+        dist: Distribution = getattr(m, key)
+        rows.append([label, *(_ms(dist.get(c)) for c in COLUMNS)])
     return rows
 
 
@@ -50,55 +48,51 @@ def _params_text(params: dict[str, Any]) -> str:
     )
 
 
-def _throughput_line(m: dict[str, Any]) -> str:
-    failures = ", ".join(f"{k} {v}" for k, v in m["failures_by_class"].items()) or "none"
-    parts = [
-        f"completed {m['completed']}/{m['requests']}",
-        f"failed {m['failed']} ({failures})",
-    ]
-    if m["cancelled"]:
-        parts.append(f"cancelled {m['cancelled']}")
-    if m["failed"]:
-        parts.append(f"throughput and latency over the {m['completed']} successful requests")
+def _throughput_line(m: CellMetrics) -> str:
+    failures = ", ".join(f"{k} {v}" for k, v in m.failures_by_class.items()) or "none"
+    parts = [f"completed {m.completed}/{m.requests}", f"failed {m.failed} ({failures})"]
+    if m.cancelled:
+        parts.append(f"cancelled {m.cancelled}")
+    if m.failed:
+        parts.append(f"throughput and latency over the {m.completed} successful requests")
     parts += [
-        f"duration {m['duration_s']:.2f} s",
-        f"QPS {_num(m['request_throughput'], 3)}",
-        f"output tok/s {_num(m['output_throughput'], 1)}",
-        f"total tok/s {_num(m['total_token_throughput'], 1)}",
-        f"tokens from {m['token_count_source']}",
+        f"duration {m.duration_s:.2f} s",
+        f"QPS {_num(m.request_throughput, 3)}",
+        f"output tok/s {_num(m.output_throughput, 1)}",
+        f"total tok/s {_num(m.total_token_throughput, 1)}",
+        f"tokens from {m.token_count_source}",
     ]
-    if "goodput" in m:
-        parts.append(f"goodput {_num(m['goodput'], 3)} req/s ({m['slo_attained']:.1%} in SLO)")
-    if m["prompt_tokens_mismatched"]:
+    if m.slo is not None:
+        attained = "-" if m.slo_attained is None else f"{m.slo_attained:.1%}"
+        parts.append(f"goodput {_num(m.goodput, 3)} req/s ({attained} in SLO)")
+    if m.prompt_tokens_mismatched:
         parts.append(
-            f"prompt length off on {m['prompt_tokens_mismatched']} requests "
-            f"(mean drift {m['prompt_tokens_drift_mean']:+.1f} tokens)"
+            f"prompt length off on {m.prompt_tokens_mismatched} requests "
+            f"(mean drift {m.prompt_tokens_drift_mean or 0:+.1f} tokens)"
         )
-    if m["output_tokens_short"]:
-        parts.append(f"{m['output_tokens_short']} requests not at max_tokens")
-    mismatch = m.get("chunk_token_discrepancy") or {}
-    if mismatch.get("requests"):
-        parts.append(f"usage disagrees with the streamed chunks on {mismatch['requests']} requests")
+    if m.output_tokens_short:
+        parts.append(f"{m.output_tokens_short} requests not at max_tokens")
+    if m.chunk_token_discrepancy.requests:
+        parts.append(f"usage disagrees with the streamed chunks on {m.chunk_token_discrepancy.requests} requests")
     return " | ".join(parts)
 
 
-def console_tables(summary: dict[str, Any]) -> list[RichTable | str]:
+def console_tables(summary: Summary) -> list[RichTable | str]:
     """One latency table per cell, its throughput line, and a sweep overview when swept."""
     out: list[RichTable | str] = []
-    for cell in summary["cells"]:
-        if cell.get("metrics") is None:
-            out.append(f"[{cell['cell']}] {_params_text(cell['params'])}: {cell.get('status')} -- {cell.get('reason')}")
+    for cell in summary.cells:
+        if cell.metrics is None:
+            out.append(f"[{cell.cell}] {_params_text(cell.params)}: {cell.status} -- {cell.reason}")
             continue
-        title = f"[{cell['cell']}] {_params_text(cell['params'])}"
-        table = RichTable(title=title, title_justify="left")
+        table = RichTable(title=f"[{cell.cell}] {_params_text(cell.params)}", title_justify="left")
         table.add_column("ms", style="bold")
         for c in COLUMNS:
             table.add_column(c, justify="right")
         for row in _latency_rows(cell):
             table.add_row(*row)
         out.append(table)
-        out.append(_throughput_line(cell["metrics"]))
-    if sum(1 for c in summary["cells"] if c.get("metrics")) > 1:
+        out.append(_throughput_line(cell.metrics))
+    if len(summary.measured) > 1:
         table = RichTable(title="sweep", title_justify="left")
         headers, rows = sweep_rows(summary)
         for h in headers:
@@ -109,23 +103,21 @@ def console_tables(summary: dict[str, Any]) -> list[RichTable | str]:
     return out
 
 
-def sweep_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def sweep_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
     headers = [
         "input", "output", "concurrency", "rate", "QPS", "output tok/s", "total tok/s",
         "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "failed",
     ]
     rows = []
-    for cell in summary["cells"]:
-        p, m = cell["params"], cell["metrics"]
-        if m is None:
-            continue
+    for cell in summary.measured:
+        p, m = cell.params, cell.metrics
+        assert m is not None
         rows.append([
             str(p["input_tokens"]), str(p["output_tokens"]), str(p["concurrency"]),
             "-" if p["rate"] is None else f"{p['rate']:g}",
-            _num(m["request_throughput"], 3), _num(m["output_throughput"], 1),
-            _num(m["total_token_throughput"], 1),
-            _ms(m["ttft_s"]["p50"]), _ms(m["ttft_s"]["p99"]), _ms(m["tpot_s"]["p50"]),
-            _ms(m["itl_s"]["p50"]), _ms(m["itl_s"]["p99"]), str(m["failed"]),
+            _num(m.request_throughput, 3), _num(m.output_throughput, 1), _num(m.total_token_throughput, 1),
+            _ms(m.ttft_s.p50), _ms(m.ttft_s.p99), _ms(m.tpot_s.p50), _ms(m.itl_s.p50), _ms(m.itl_s.p99),
+            str(m.failed),
         ])
     return headers, rows
 
@@ -134,19 +126,22 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return render_md(Table(tuple(headers), tuple(tuple(r) for r in rows)))
 
 
-def render_markdown(summary: dict[str, Any]) -> str:
-    parts = [f"# {summary['scenario']}", ""]
-    if summary.get("model"):
-        parts += [f"Model: `{summary['model']}`", ""]
-    if summary.get("interrupted"):
+def render_markdown(summary: Summary) -> str:
+    """``report.md``: a section per cell (latency table and throughput line) and the sweep."""
+    parts = [f"# {summary.scenario}", ""]
+    if summary.model:
+        parts += [f"Model: `{summary.model}`", ""]
+    if summary.interrupted:
         parts += ["**Interrupted**: figures cover what was measured before the stop.", ""]
-    for cell in summary["cells"]:
-        parts += [f"## [{cell['cell']}] {_params_text(cell['params'])}", ""]
-        if cell.get("metrics") is None:
-            parts += [f"{cell.get('status')}: {cell.get('reason')}", ""]
+    if summary.aborted:
+        parts += [f"**Aborted**: {summary.aborted}.", ""]
+    for cell in summary.cells:
+        parts += [f"## [{cell.cell}] {_params_text(cell.params)}", ""]
+        if cell.metrics is None:
+            parts += [f"{cell.status}: {cell.reason}", ""]
             continue
         parts += [_md_table(["ms", *COLUMNS], _latency_rows(cell)), ""]
-        parts += [_throughput_line(cell["metrics"]), ""]
-    if sum(1 for c in summary["cells"] if c.get("metrics")) > 1:
+        parts += [_throughput_line(cell.metrics), ""]
+    if len(summary.measured) > 1:
         parts += ["## Sweep", "", _md_table(*sweep_rows(summary)), ""]
     return "\n".join(parts)

@@ -3,11 +3,10 @@ its kind (single-stream, throughput) in a chosen format, or the sweep's console 
 
 from __future__ import annotations
 
-from typing import Any
-
 from loadgen.errors import UsageError
 from loadgen.report.layouts import single_stream_tables, throughput_rows, throughput_table
 from loadgen.report.tables import Table, render
+from loadgen.results.summary import Summary
 
 TABLES = ("single-stream", "throughput", "sweep")
 FORMATS = ("console", "md", "rst", "csv", "json")
@@ -18,11 +17,11 @@ def check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> No
         raise UsageError(f"{option} {value!r}: choose {', '.join(choices)}")
 
 
-def published_tables(summary: dict[str, Any], table: str, spread: bool) -> list[Table]:
+def published_tables(summary: Summary, table: str, spread: bool) -> list[Table]:
     """The single-stream tables (one per model) or the throughput table of a summary."""
     if table == "single-stream":
         return single_stream_tables(summary, spread=spread)
-    return [throughput_table(throughput_rows(summary), title=f"- {summary['scenario']}")]
+    return [throughput_table(throughput_rows(summary), title=f"- {summary.scenario}")]
 
 
 def render_tables(tables: list[Table], fmt: str) -> str:

@@ -9,32 +9,27 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
 from loadgen.results.records import RequestRecord
+from loadgen.results.summary import CellMetrics, ChunkDiscrepancy, Distribution
 from loadgen.scenario.schema import Slo
 
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
-STAT_KEYS: tuple[str, ...] = ("mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9")
 
 
-def distribution(values: Iterable[float] | np.ndarray) -> dict[str, float | None]:
+def distribution(values: Iterable[float] | np.ndarray) -> Distribution:
     """mean, min, max, population std and linear-interpolated percentiles (numpy's default)."""
     arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.float64)
     if arr.size == 0:
-        return dict.fromkeys(STAT_KEYS)
-    pct = np.percentile(arr, PERCENTILES)
-    out: dict[str, float | None] = {
-        "mean": float(arr.mean()),
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-        "std": float(arr.std()),
-    }
-    for p, v in zip(PERCENTILES, pct, strict=True):
-        out[f"p{p:g}"] = float(v)
-    return out
+        return Distribution()
+    p50, p90, p95, p99, p99_9 = (float(v) for v in np.percentile(arr, PERCENTILES))
+    return Distribution(
+        mean=float(arr.mean()), min=float(arr.min()), max=float(arr.max()), std=float(arr.std()),
+        p50=p50, p90=p90, p95=p95, p99=p99, p99_9=p99_9,
+    )
 
 
 def itl_values(record: RequestRecord) -> np.ndarray:
@@ -69,8 +64,8 @@ def meets_slo(r: RequestRecord, slo: Slo) -> bool:
     return not (slo.e2e_ms is not None and (r.done_at - r.sent_at) * 1e3 > slo.e2e_ms)
 
 
-def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> dict[str, Any]:
-    """The ``metrics`` object of one cell of ``summary.json``."""
+def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> CellMetrics:
+    """The metrics of one cell (``summary.json: cells[].metrics``)."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok and r.first_token_at is not None]
     # a successful stream with no token at all cannot give latency figures: count it apart
@@ -95,52 +90,52 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> dict[
     prompt_drift = [r.prompt_tokens - r.input_tokens for r in prompt_checked]  # type: ignore[operator]
     chunk_diff = [r.chunk_tokens_total - r.output_tokens for r in ok]
 
-    metrics: dict[str, Any] = {
-        "requests": len(measured),
-        "completed": len(ok),
-        "failed": len(failed) + len(empty),
-        "cancelled": cancelled,
-        "failures_by_class": dict(sorted(by_class.items())),
-        "throughput_over": "successful requests",
-        "duration_s": duration,
-        "request_throughput": per_s(len(ok)),
-        "output_throughput": per_s(output_total),
-        "total_token_throughput": per_s(output_total + prompt_total),
-        "prompt_tokens_total": prompt_total,
-        "output_tokens_total": output_total,
-        "token_count_source": sources.pop() if len(sources) == 1 else ("mixed" if sources else None),
-        "prompt_tokens_checked": len(prompt_checked),
-        "prompt_tokens_mismatched": sum(1 for d in prompt_drift if d != 0),
-        "prompt_tokens_drift_mean": float(np.mean(prompt_drift)) if prompt_drift else None,
-        "output_tokens_short": sum(1 for r in ok if r.output_tokens != r.max_tokens),
-        "chunk_token_discrepancy": {
-            "requests": sum(1 for d in chunk_diff if d != 0),
-            "tokens": int(sum(abs(d) for d in chunk_diff)),
-        },
-        "ttft_s": distribution(r.first_token_at - r.sent_at for r in ok),  # type: ignore[operator]
-        "ttft_from_schedule_s": distribution(r.first_token_at - r.scheduled_at for r in ok),  # type: ignore[operator]
-        "tpot_s": distribution(t for r in ok if (t := tpot(r)) is not None),
-        "itl_s": distribution(
+    metrics = CellMetrics(
+        requests=len(measured),
+        completed=len(ok),
+        failed=len(failed) + len(empty),
+        cancelled=cancelled,
+        failures_by_class=dict(sorted(by_class.items())),
+        throughput_over="successful requests",
+        duration_s=duration,
+        request_throughput=per_s(len(ok)),
+        output_throughput=per_s(output_total),
+        total_token_throughput=per_s(output_total + prompt_total),
+        prompt_tokens_total=prompt_total,
+        output_tokens_total=output_total,
+        token_count_source=sources.pop() if len(sources) == 1 else ("mixed" if sources else None),
+        prompt_tokens_checked=len(prompt_checked),
+        prompt_tokens_mismatched=sum(1 for d in prompt_drift if d != 0),
+        prompt_tokens_drift_mean=float(np.mean(prompt_drift)) if prompt_drift else None,
+        output_tokens_short=sum(1 for r in ok if r.output_tokens != r.max_tokens),
+        chunk_token_discrepancy=ChunkDiscrepancy(
+            requests=sum(1 for d in chunk_diff if d != 0), tokens=int(sum(abs(d) for d in chunk_diff)),
+        ),
+        ttft_s=distribution(r.first_token_at - r.sent_at for r in ok),  # type: ignore[operator]
+        ttft_from_schedule_s=distribution(r.first_token_at - r.scheduled_at for r in ok),  # type: ignore[operator]
+        tpot_s=distribution(t for r in ok if (t := tpot(r)) is not None),
+        itl_s=distribution(
             np.concatenate([itl_values(r) for r in ok]) if ok else np.empty(0)
         ),
-        "e2e_s": distribution(r.done_at - r.sent_at for r in ok),  # type: ignore[operator]
-        "send_lag_s": distribution(r.sent_at - r.scheduled_at for r in measured if r.sent_at is not None),
+        e2e_s=distribution(r.done_at - r.sent_at for r in ok),  # type: ignore[operator]
+        send_lag_s=distribution(r.sent_at - r.scheduled_at for r in measured if r.sent_at is not None),
         # Qwen's single-stream "Speed(tokens/s)": output tokens over the whole request time
-        "speed_tokens_per_s": distribution(
+        speed_tokens_per_s=distribution(
             r.output_tokens / (r.done_at - r.sent_at)
             for r in ok
             if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
         ),
         # the newer definition: (prompt + output tokens) over the whole request time
-        "speed_total_tokens_per_s": distribution(
+        speed_total_tokens_per_s=distribution(
             (r.output_tokens + _prompt_len(r)) / (r.done_at - r.sent_at)
             for r in ok
             if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
         ),
-    }
+    )
     if slo is not None and any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms)):
         good = sum(1 for r in ok if meets_slo(r, slo))
-        metrics["slo"] = slo.model_dump(exclude_none=True)
-        metrics["slo_attained"] = good / len(measured) if measured else None
-        metrics["goodput"] = per_s(good)
+        metrics = replace(
+            metrics, slo=slo.model_dump(exclude_none=True), slo_attained=good / len(measured) if measured else None,
+            goodput=per_s(good),
+        )
     return metrics

@@ -32,6 +32,7 @@ from loadgen.results.client import summarize_client
 from loadgen.results.metrics import summarize
 from loadgen.results.probes import PROBES, read_probes, summarize_gpu, summarize_server_metrics
 from loadgen.results.records import RecordWriter, RequestRecord, read_records
+from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, expand_cells
 from loadgen.scenario.redact import dump_scenario, redact_argv
@@ -78,7 +79,7 @@ def cell_summary(
     records: list[RequestRecord],
     status: dict[str, Any],
     samples: dict[str, list[dict[str, Any]]],
-) -> dict[str, Any]:
+) -> CellSummary:
     """One entry of ``summary.json: cells``, from the cell's records, status line and probe samples."""
     point = cell.point or scenario
     server = status.get("server") or {}
@@ -89,27 +90,27 @@ def cell_summary(
     else:
         no_gpu = "no GPU memory samples (no NVIDIA GPU visible through NVML)"
     measured = any(not r.warmup for r in records)
-    return {
-        "cell": cell.index,
-        "params": cell.params(),
-        "status": status["status"],
-        "reason": status.get("reason"),
-        "note": point.note,
-        "server": server,
-        "metrics": summarize(records, point.slo) if measured else None,
-        "server_metrics": summarize_server_metrics(samples.get("metrics", [])),
-        "gpu_memory": summarize_gpu(samples.get("gpu", []), reason=no_gpu),
-        "client": summarize_client(samples.get("client", []), records, cell.rate is not None),
-    }
+    return CellSummary(
+        cell=cell.index,
+        params=cell.params(),
+        status=status["status"],
+        reason=status.get("reason"),
+        note=point.note,
+        server=server,
+        metrics=summarize(records, point.slo) if measured else None,
+        server_metrics=summarize_server_metrics(samples.get("metrics", [])),
+        gpu_memory=summarize_gpu(samples.get("gpu", []), reason=no_gpu),
+        client=summarize_client(samples.get("client", []), records, cell.rate is not None),
+    )
 
 
 def assemble_summary(
-    scenario: Scenario, cells: list[dict[str, Any]], *, model: str | None, interrupted: bool
-) -> dict[str, Any]:
-    return {
-        "scenario": scenario.name, "kind": scenario.kind, "speed": scenario.speed, "model": model,
-        "interrupted": interrupted, "cells": cells,
-    }
+    scenario: Scenario, cells: list[CellSummary], *, model: str | None, interrupted: bool, aborted: str | None = None
+) -> Summary:
+    return Summary(
+        scenario=scenario.name, kind=scenario.kind, speed=scenario.speed, model=model, interrupted=interrupted,
+        cells=tuple(cells), aborted=aborted,
+    )
 
 
 class RunDirWriter:
@@ -134,8 +135,8 @@ class RunDirWriter:
     def write_provenance(self, provenance: dict[str, Any]) -> None:
         write_json(self.run_dir / PROVENANCE, provenance)
 
-    def write_summary(self, summary: dict[str, Any], report: str | None) -> None:
-        write_json(self.run_dir / SUMMARY, summary)
+    def write_summary(self, summary: Summary, report: str | None) -> None:
+        write_json(self.run_dir / SUMMARY, summary.to_dict())
         if report is not None:
             (self.run_dir / REPORT).write_text(report)
 
@@ -190,7 +191,7 @@ def set_aside_records(run_dir: Path, keep: set[int]) -> None:
         tmp.replace(path)
 
 
-def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> dict[str, Any]:
+def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
     """``summary.json`` re-derived from the run directory's records, statuses and probe samples."""
     by_cell: dict[int, list[RequestRecord]] = defaultdict(list)
     if (run_dir / RECORDS).is_file():
@@ -216,13 +217,10 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> dict[str, Any]:
     stored: dict[str, Any] = {}
     if (run_dir / SUMMARY).is_file():
         stored = orjson.loads((run_dir / SUMMARY).read_bytes())
-    summary = assemble_summary(
+    return assemble_summary(
         scenario, entries, model=provenance.get("model", stored.get("model")),
-        interrupted=bool(stored.get("interrupted", False)),
+        interrupted=bool(stored.get("interrupted", False)), aborted=stored.get("aborted") or None,
     )
-    if stored.get("aborted"):
-        summary["aborted"] = stored["aborted"]
-    return summary
 
 
 def load_scenario_of(run_dir: Path) -> Scenario:
@@ -239,6 +237,6 @@ def load_scenario_of(run_dir: Path) -> Scenario:
         raise RunDirError(str(exc)) from exc
 
 
-def rebuild_summary(run_dir: Path) -> dict[str, Any]:
+def rebuild_summary(run_dir: Path) -> Summary:
     """Re-derive ``summary.json`` from ``scenario.resolved.yaml``, records, statuses and probes."""
     return build_summary_from_dir(run_dir, load_scenario_of(run_dir))

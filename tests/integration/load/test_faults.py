@@ -38,7 +38,7 @@ def run(base_url: str, tmp_path: Path, **target: Any) -> dict[str, Any]:
     })
     result = execute(sc, tmp_path / "run")
     assert not result.interrupted
-    return result.summary["cells"][0]["metrics"]  # type: ignore[no-any-return]
+    return result.summary.to_dict()["cells"][0]["metrics"]  # type: ignore[no-any-return]
 
 
 # fault -> the class its requests must be recorded under (None: they succeed)
@@ -129,7 +129,7 @@ def test_a_scenario_can_ask_the_simulator_for_faults(tmp_path: Path) -> None:
         "workload": {"num_prompts": 20, "input_tokens": 16, "output_tokens": 8},
         "load": {"concurrency": 2, "warmup_requests": 0},
     })
-    metrics = execute(sc, tmp_path / "run").summary["cells"][0]["metrics"]
+    metrics = execute(sc, tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
     assert metrics["requests"] == 20
     assert set(metrics["failures_by_class"]) == {"http_status"}
     assert 0 < metrics["failures_by_class"]["http_status"] < 20
@@ -170,7 +170,7 @@ def test_abort_rule_ends_the_run_with_exit_4(start_sim: StartSim, tmp_path: Path
     finished = [r for r in records if r.error != "cancelled"]
     failed = [r for r in finished if not r.ok]
     assert len(failed) / len(finished) >= 0.5 or len(finished) < 10
-    assert rebuild_summary(run_dir) == summary
+    assert rebuild_summary(run_dir).to_dict() == summary
 
 
 @pytest.mark.parametrize(("timeouts", "detail", "tokens"), [
@@ -187,7 +187,7 @@ def test_first_token_and_total_timeouts(
         "workload": {"num_prompts": 8, "input_tokens": 16, "output_tokens": 64},
         "load": {"concurrency": 4, "warmup_requests": 0},
     })
-    metrics = execute(sc, tmp_path / "run").summary["cells"][0]["metrics"]
+    metrics = execute(sc, tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
     assert metrics["failures_by_class"] == {"timeout": 8}
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     assert {r.error_detail for r in records} == {detail}

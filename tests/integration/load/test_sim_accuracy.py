@@ -41,7 +41,7 @@ def test_figures_match_the_configured_truth(
     base_url = start_sim(ttft_ms=TTFT_S * 1e3, itl_ms=ITL_S * 1e3)
     sc = parse_scenario(scenario(base_url, concurrency, prompts, output))
     result = execute(sc, tmp_path / "run")
-    m = result.summary["cells"][0]["metrics"]
+    m = result.summary.to_dict()["cells"][0]["metrics"]
 
     assert m["completed"] == prompts
     assert m["failed"] == 0
@@ -73,7 +73,7 @@ def test_open_loop_constant_rate_sends_on_schedule(start_sim: StartSim, tmp_path
     data = scenario(base_url, 64, 40, 8)
     data["load"] = {"concurrency": 64, "rate": 20, "arrival": "constant", "warmup_requests": 0}
     result = execute(parse_scenario(data), tmp_path / "run")
-    m = result.summary["cells"][0]["metrics"]
+    m = result.summary.to_dict()["cells"][0]["metrics"]
     records = sorted(read_records(tmp_path / "run" / "records.jsonl"), key=lambda r: r.request_id)
     starts = [r.scheduled_at - records[0].scheduled_at for r in records]
     assert starts == pytest.approx([i / 20 for i in range(40)], abs=1e-6)
@@ -90,7 +90,7 @@ def test_chat_prompts_calibrated_to_exact_length_and_role_delta_not_a_token(
     data = scenario(base_url, 4, 8, 16)
     data["target"] = {"base_url": base_url, "api": "chat"}
     result = execute(parse_scenario(data), tmp_path / "run")
-    m = result.summary["cells"][0]["metrics"]
+    m = result.summary.to_dict()["cells"][0]["metrics"]
     assert m["completed"] == 8
     assert m["prompt_tokens_checked"] == 8
     assert m["prompt_tokens_mismatched"] == 0
@@ -103,7 +103,7 @@ def test_chat_prompts_calibrated_to_exact_length_and_role_delta_not_a_token(
 def test_multi_token_chunks_counted_from_per_chunk_usage(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=30, itl_ms=5, tokens_per_chunk=3)
     result = execute(parse_scenario(scenario(base_url, 2, 6, 10)), tmp_path / "run")
-    m = result.summary["cells"][0]["metrics"]
+    m = result.summary.to_dict()["cells"][0]["metrics"]
     records = [r for r in read_records(tmp_path / "run" / "records.jsonl") if not r.warmup]
     # 10 tokens in chunks of 3, 3, 3, 1
     assert all(r.chunk_tokens == (3, 3, 3, 1) for r in records)
@@ -118,7 +118,7 @@ def test_without_per_chunk_usage_each_chunk_counts_one_token(start_sim: StartSim
     base_url = start_sim(ttft_ms=10, itl_ms=2, tokens_per_chunk=2)
     data = scenario(base_url, 2, 4, 8)
     data["target"] = {"base_url": base_url, "continuous_usage_stats": False}
-    m = execute(parse_scenario(data), tmp_path / "run").summary["cells"][0]["metrics"]
+    m = execute(parse_scenario(data), tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
     # totals still come from the final usage chunk; per-chunk counting saw 4 chunks, not 8 tokens
     assert m["output_tokens_total"] == 4 * 8
     assert m["token_count_source"] == "usage"
@@ -129,7 +129,7 @@ def test_duration_caps_dispatch_and_reuses_prompts(start_sim: StartSim, tmp_path
     base_url = start_sim(ttft_ms=5, itl_ms=1)
     data = scenario(base_url, 8, 3, 4)
     data["load"] = {"concurrency": 8, "rate": 10, "arrival": "constant", "duration_s": 1.0, "warmup_requests": 0}
-    m = execute(parse_scenario(data), tmp_path / "run").summary["cells"][0]["metrics"]
+    m = execute(parse_scenario(data), tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
     # offsets 0, 0.1, ..., 0.9 fall inside the 1 s window; the 3 prompts are cycled
     assert m["requests"] == 10
     assert m["completed"] == 10
@@ -140,7 +140,7 @@ def test_first_token_timeout_is_recorded_not_raised(start_sim: StartSim, tmp_pat
     data = scenario(base_url, 2, 4, 4)
     data["target"] = {"base_url": base_url, "timeouts": {"first_token_s": 0.1}}
     data["load"] = {"concurrency": 2, "warmup_requests": 0}
-    m = execute(parse_scenario(data), tmp_path / "run").summary["cells"][0]["metrics"]
+    m = execute(parse_scenario(data), tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
     assert m["failures_by_class"] == {"timeout": 4}
     assert m["completed"] == 0
     records = list(read_records(tmp_path / "run" / "records.jsonl"))

@@ -106,7 +106,7 @@ def test_headless_run_matches_the_simulator(start_sim: StartSim, tmp_path: Path)
     assert metrics["completed"] == served
     assert summary["cells"][0]["params"]["concurrency"] == 20
     assert abs(metrics["ttft_s"]["p50"] * 1e3 - TTFT_MS) <= 5
-    assert rebuild_summary(run_dir) == summary
+    assert rebuild_summary(run_dir).to_dict() == summary
     report = subprocess.run(
         [sys.executable, "-m", "loadgen", "report", str(run_dir)], capture_output=True, text=True, check=False
     )

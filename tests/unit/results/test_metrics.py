@@ -24,7 +24,7 @@ def rec(i: int, sent: float, offsets: tuple[float, ...], tokens: tuple[int, ...]
 
 
 def test_distribution_against_hand_computed_values() -> None:
-    d = distribution([1.0, 2.0, 3.0, 4.0])
+    d = distribution([1.0, 2.0, 3.0, 4.0]).to_dict()
     # linear interpolation: rank = p/100 * (n-1); p50 -> 1.5 -> 2.5, p90 -> 2.7 -> 3.7
     assert d["p50"] == pytest.approx(2.5)
     assert d["p90"] == pytest.approx(3.7)
@@ -38,7 +38,7 @@ def test_distribution_against_hand_computed_values() -> None:
 
 
 def test_distribution_of_nothing_is_all_none() -> None:
-    assert set(distribution([]).values()) == {None}
+    assert set(distribution([]).to_dict().values()) == {None}
 
 
 def test_itl_divides_each_gap_by_the_tokens_of_the_later_chunk() -> None:
@@ -56,7 +56,7 @@ def test_summary_figures_by_hand() -> None:
         rec(3, 0.0, (0.05,), (1,), 0.1, warmup=True),
         rec(4, 0.7, (0.05,), (1,), None, error="cancelled", done_at=None),
     ]
-    m = summarize(records, Slo(ttft_ms=150))
+    m = summarize(records, Slo(ttft_ms=150)).to_dict()
     assert m["requests"] == 4
     assert m["completed"] == 2
     assert m["failed"] == 1
@@ -85,7 +85,7 @@ def test_prompt_drift_and_chunk_discrepancy_are_reported() -> None:
         rec(0, 0.0, (0.1, 0.2), (1, 1), 0.3, prompt_tokens=12),
         rec(1, 0.0, (0.1, 0.2), (1, 1), 0.3, output_tokens=3, max_tokens=3),
     ]
-    m = summarize(records)
+    m = summarize(records).to_dict()
     assert m["prompt_tokens_mismatched"] == 1
     assert m["prompt_tokens_drift_mean"] == pytest.approx(1.0)
     assert m["chunk_token_discrepancy"] == {"requests": 1, "tokens": 1}

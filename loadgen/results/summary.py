@@ -1,0 +1,191 @@
+"""The typed results of a run: ``Summary`` -> ``CellSummary`` -> ``CellMetrics`` -> ``Distribution``.
+
+``summary.json`` is ``Summary.to_dict()``; ``Summary.from_dict`` reads it back, including files
+written before ``schema_version`` existed (version 1: the same keys, without the version). All
+times are seconds; renderers convert. What a probe reports (the server's metrics, GPU memory,
+the client's health) and what a cell's server and parameters were stay plain mappings: their
+keys depend on the engine and on the matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+SCHEMA_VERSION = 2
+STAT_KEYS: tuple[str, ...] = ("mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9")
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """mean, min, max, population std and percentiles of one quantity; all None when empty."""
+
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    std: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p99_9: float | None = None
+
+    def get(self, stat: str) -> float | None:
+        """A statistic by its name in ``summary.json`` (``p99.9`` included)."""
+        value: float | None = getattr(self, stat.replace(".", "_"))
+        return value
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {k: self.get(k) for k in STAT_KEYS}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Distribution:
+        data = data or {}
+        return cls(**{k.replace(".", "_"): data.get(k) for k in STAT_KEYS})
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkDiscrepancy:
+    """Requests whose usage disagreed with the tokens counted over their chunks, and by how many."""
+
+    requests: int = 0
+    tokens: int = 0
+
+
+_DISTRIBUTIONS = (
+    "ttft_s", "ttft_from_schedule_s", "tpot_s", "itl_s", "e2e_s", "send_lag_s", "speed_tokens_per_s",
+    "speed_total_tokens_per_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CellMetrics:
+    """The figures of one cell, from its measured (non-warmup) records."""
+
+    requests: int
+    completed: int
+    failed: int
+    cancelled: int
+    failures_by_class: dict[str, int]
+    throughput_over: str
+    duration_s: float
+    request_throughput: float | None
+    output_throughput: float | None
+    total_token_throughput: float | None
+    prompt_tokens_total: int
+    output_tokens_total: int
+    token_count_source: str | None
+    prompt_tokens_checked: int
+    prompt_tokens_mismatched: int
+    prompt_tokens_drift_mean: float | None
+    output_tokens_short: int
+    chunk_token_discrepancy: ChunkDiscrepancy
+    ttft_s: Distribution
+    ttft_from_schedule_s: Distribution
+    tpot_s: Distribution
+    itl_s: Distribution
+    e2e_s: Distribution
+    send_lag_s: Distribution
+    speed_tokens_per_s: Distribution
+    speed_total_tokens_per_s: Distribution
+    # with SLOs: the objectives (ms), the share of measured requests meeting all, and goodput
+    slo: dict[str, float] | None = None
+    slo_attained: float | None = None
+    goodput: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("slo", "slo_attained", "goodput") and self.slo is None:
+                continue  # without SLOs these keys are absent, as they always were
+            if isinstance(value, Distribution):
+                value = value.to_dict()
+            elif isinstance(value, ChunkDiscrepancy):
+                value = {"requests": value.requests, "tokens": value.tokens}
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CellMetrics:
+        values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
+        for name in _DISTRIBUTIONS:
+            values[name] = Distribution.from_dict(data.get(name))
+        values["chunk_token_discrepancy"] = ChunkDiscrepancy(**(data.get("chunk_token_discrepancy") or {}))
+        values["failures_by_class"] = dict(data.get("failures_by_class") or {})
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class CellSummary:
+    """One measured point: its parameters, how it ended, the server it ran on and its figures."""
+
+    cell: int
+    params: dict[str, Any]
+    status: str  # done | failed | interrupted
+    reason: str | None
+    note: str
+    server: dict[str, Any]
+    metrics: CellMetrics | None
+    server_metrics: dict[str, Any] | None = None
+    gpu_memory: dict[str, Any] = field(default_factory=dict)
+    client: dict[str, Any] | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        return self.params.get("rate") is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["metrics"] = None if self.metrics is None else self.metrics.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CellSummary:
+        metrics = data.get("metrics")
+        return cls(
+            cell=int(data["cell"]), params=dict(data.get("params") or {}), status=str(data.get("status")),
+            reason=data.get("reason"), note=data.get("note") or "", server=dict(data.get("server") or {}),
+            metrics=None if metrics is None else CellMetrics.from_dict(metrics),
+            server_metrics=data.get("server_metrics"), gpu_memory=dict(data.get("gpu_memory") or {}),
+            client=data.get("client"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """``summary.json``: the scenario's name and kind, the model served, and every cell."""
+
+    scenario: str
+    kind: str  # sweep | single-stream | throughput
+    speed: str  # output | total: which single-stream speed the tables show
+    model: str | None
+    interrupted: bool
+    cells: tuple[CellSummary, ...]
+    aborted: str | None = None  # the abort rule that ended the run, in words
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def measured(self) -> tuple[CellSummary, ...]:
+        """The cells with figures."""
+        return tuple(c for c in self.cells if c.metrics is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema_version": self.schema_version, "scenario": self.scenario, "kind": self.kind,
+            "speed": self.speed, "model": self.model, "interrupted": self.interrupted,
+            "cells": [c.to_dict() for c in self.cells],
+        }
+        if self.aborted is not None:
+            out["aborted"] = self.aborted
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Summary:
+        return cls(
+            scenario=str(data.get("scenario")), kind=str(data.get("kind", "sweep")),
+            speed=str(data.get("speed", "output")), model=data.get("model"),
+            interrupted=bool(data.get("interrupted", False)),
+            cells=tuple(CellSummary.from_dict(c) for c in data.get("cells", [])), aborted=data.get("aborted"),
+            schema_version=int(data.get("schema_version", 1)),
+        )

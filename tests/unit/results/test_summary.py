@@ -1,0 +1,56 @@
+"""summary.json as typed results: the same keys as before, a schema version, and run
+directories written before the version existed still read and render."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from loadgen.results.rundir import rebuild_summary
+from loadgen.results.summary import SCHEMA_VERSION, Distribution, Summary
+
+OLD_RUN = Path(__file__).resolve().parents[2] / "data" / "rundir-v1"  # written by loadgen 0.1.0 before typing
+
+
+def test_distribution_round_trip_keeps_the_p99_9_key() -> None:
+    d = Distribution(mean=1.0, min=0.5, max=2.0, std=0.1, p50=1.0, p90=1.5, p95=1.6, p99=1.9, p99_9=1.99)
+    data = d.to_dict()
+    assert data["p99.9"] == 1.99
+    assert list(data) == ["mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9"]
+    assert Distribution.from_dict(data) == d
+    assert d.get("p99.9") == 1.99
+
+
+def test_old_summary_reads_into_types_and_writes_back_the_same_keys() -> None:
+    old = orjson.loads((OLD_RUN / "summary.json").read_bytes())
+    assert "schema_version" not in old
+    summary = Summary.from_dict(old)
+    assert summary.schema_version == 1
+    assert len(summary.cells) == 2
+    first = summary.cells[0].metrics
+    assert first is not None
+    assert first.completed == 8
+    assert first.slo == {"ttft_ms": 200.0, "tpot_ms": 20.0}
+    again = summary.to_dict()
+    assert again.pop("schema_version") == 1
+    assert again == old
+
+
+def test_old_run_directory_is_re_derived_with_the_same_figures() -> None:
+    old = orjson.loads((OLD_RUN / "summary.json").read_bytes())
+    rebuilt = rebuild_summary(OLD_RUN).to_dict()
+    assert rebuilt.pop("schema_version") == SCHEMA_VERSION
+    assert rebuilt == old
+
+
+def test_old_run_directory_renders_with_loadgen_report() -> None:
+    for fmt in ("console", "md", "json"):
+        done = subprocess.run(
+            [sys.executable, "-m", "loadgen", "report", str(OLD_RUN), "--format", fmt],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "TTFT" in done.stdout or '"ttft_s"' in done.stdout
