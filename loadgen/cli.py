@@ -292,6 +292,9 @@ def serve(
     host: Annotated[str, typer.Option(help="address the engine binds")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port the engine listens on")] = 8000,
     force: Annotated[bool, typer.Option("--force", help="launch on GPUs that already hold memory")] = False,
+    cpus: Annotated[
+        str, typer.Option(help="a CPU engine's cores: auto (all but the last, left to the client), all, or e.g. 0-2")
+    ] = "auto",
     container: Annotated[
         str | None, typer.Option("--container", help="docker | podman: run the engine's official image instead")
     ] = None,
@@ -314,6 +317,7 @@ def serve(
 
     from loadgen.servers.commands import launch_spec
     from loadgen.servers.containers import container_argv, container_launch
+    from loadgen.servers.cpus import cores_text, engine_cores
     from loadgen.servers.launch import LaunchedServer, serve_foreground, shell_line, tail
     from loadgen.servers.preflight import engine_info, prepare, prepare_container
     from loadgen.servers.script import launch_script
@@ -323,7 +327,7 @@ def serve(
     spec = build_spec(
         model, backend=backend, device=device, quant=quant, setting=setting, tp=tp, pp=pp, gpus=gpus, host=host,
         port=port, kv_cache_dtype=kv_cache_dtype, load_format=load_format, attn=attn, slots=slots,
-        extra_args=tuple(ctx.args),
+        extra_args=tuple(ctx.args), cpus=engine_cores(cpus) if not (script or print_argv) else (),
     )
     if print_argv:
         if container is None:
@@ -346,6 +350,10 @@ def serve(
         prepare(spec, launch, force=force)
     log_path = log or Path("runs") / f"serve-{spec.served_name.replace('/', '_')}-{datetime.now():%Y%m%d-%H%M%S}.log"
     err().print(f"starting: {shell_line(launch)}\nlog: {log_path}", markup=False, highlight=False, soft_wrap=True)
+    if launch.cpus:
+        err().print(
+            f"cores: engine {cores_text(launch.cpus)}; a loadgen run on this host takes the others", highlight=False
+        )
 
     def ready(url: str, seconds: float) -> None:
         what = " ".join(x for x in (launch.name, str(engine_info(url).get("version", ""))) if x)

@@ -11,7 +11,6 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from loadgen.errors import TargetError
@@ -25,7 +24,7 @@ from loadgen.results.records import RequestRecord
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import Scenario
 from loadgen.workload.payload import PreparedRequest
-from loadgen.workload.prompts import TextCalibration, calibration_from, calibration_probes
+from loadgen.workload.prompts import RequestPool, TextCalibration, calibration_from, calibration_probes
 
 
 class AbortRule:
@@ -53,11 +52,11 @@ class AbortRule:
             self.stop.set()
 
 
-async def calibrate(client: StreamingClient, scenario: Scenario, model: str) -> TextCalibration:
+async def calibrate(client: StreamingClient, scenario: Scenario, model: str, seed: int, cell: int) -> TextCalibration:
     """Two probes (16 and 48 words) give the template overhead and tokens per word."""
     seen: list[RequestRecord] = []
     points = []
-    for words, body in calibration_probes(scenario, model):
+    for words, body in calibration_probes(scenario, model, seed, cell):
         req = PreparedRequest(-1, body, None, 1, warmup=True)
         await client.send(req, -1, time.perf_counter_ns(), seen.append)
         points.append((words, seen[-1].prompt_tokens))
@@ -65,14 +64,13 @@ async def calibrate(client: StreamingClient, scenario: Scenario, model: str) -> 
 
 
 async def warmup(
-    client: StreamingClient, cell: Cell, pool: list[PreparedRequest],
-    emit: Callable[[RequestRecord], None], stop: asyncio.Event,
+    client: StreamingClient, cell: Cell, warm: RequestPool, emit: Callable[[RequestRecord], None], stop: asyncio.Event,
 ) -> None:
+    """The cell's warmup requests (prompts of their own, never the measured ones): a preflight
+    that tells a server that cannot serve the scenario from a busy one."""
     point = cell.point
     assert point is not None
-    ld = point.load
-    if ld.warmup_requests:
-        warm = [replace(pool[i % len(pool)], warmup=True) for i in range(ld.warmup_requests)]
+    if len(warm):
         conc = min(cell.concurrency or len(warm), len(warm))
         plan = LoadPlan(warm, iter_offsets(None), len(warm), conc)
         seen: list[RequestRecord] = []
@@ -90,7 +88,8 @@ async def measure_window(
     client: StreamingClient,
     scenario: Scenario,
     cell: Cell,
-    pool: list[PreparedRequest],
+    pool: RequestPool,
+    seed: int,
     emit: Callable[[RequestRecord], None],
     stop: asyncio.Event,
     started: Callable[[int | None], None],
@@ -108,7 +107,7 @@ async def measure_window(
             workers=workers, target=client.target, base_url=client.base_url, api_key=client.api_key,
             new_connection_per_request=client.new_connection_per_request, clock_base_ns=client.clock_base_ns,
             pool=pool, count=count, concurrency=cell.concurrency, rate=cell.rate, arrival=ld.arrival,
-            burstiness=ld.burstiness, seed=scenario.seed, duration_s=ld.duration_s,
+            burstiness=ld.burstiness, seed=seed, duration_s=ld.duration_s,
         )
         started(count)
         with quiet_gc():
@@ -118,7 +117,7 @@ async def measure_window(
     # no connection setup and no idle keep-alive has expired in between
     await client.open_connections(min(cell.concurrency or w.num_prompts, w.num_prompts))
     started(count)
-    offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=scenario.seed)
+    offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=seed)
     plan = LoadPlan(pool, offsets, count, cell.concurrency, ld.duration_s)
     monitor = ClientMonitor(client.stats, health)
     with quiet_gc():

@@ -355,8 +355,10 @@ class StreamingClient:
         request_id: int,
         scheduled_ns: int,
         emit: Callable[[RequestRecord], None],
+        slot_ns: int | None = None,
     ) -> None:
-        """Send one request and ``emit`` its record (also when cancelled, before re-raising)."""
+        """Send one request and ``emit`` its record (also when cancelled, before re-raising);
+        ``slot_ns``: when a concurrency slot became free for it."""
         st = StreamState(self._first_token_s, self._total_s)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
@@ -385,7 +387,9 @@ class StreamingClient:
         except asyncio.CancelledError:
             if conn is not None:
                 conn.abort()
-            emit(st.record(req, request_id, scheduled_ns, self._base, "cancelled", "run stopped", self._worker))
+            emit(st.record(
+                req, request_id, scheduled_ns, self._base, "cancelled", "run stopped", self._worker, slot_ns,
+            ))
             raise
         finally:
             for h in timers:
@@ -396,7 +400,7 @@ class StreamingClient:
                 self._put_back(conn)
         if error is not None and st.done_ns is None:
             st.done_ns = time.perf_counter_ns()  # when it was given up
-        emit(st.record(req, request_id, scheduled_ns, self._base, error, detail, self._worker))
+        emit(st.record(req, request_id, scheduled_ns, self._base, error, detail, self._worker, slot_ns))
 
     def _arm(self, loop: asyncio.AbstractEventLoop, conn: _Connection, ex: _Exchange) -> list[asyncio.TimerHandle]:
         """Timers for the deadlines: first token / total from ``sent_at``, and the gap between

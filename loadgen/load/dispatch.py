@@ -12,18 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from loadgen.load.client import PreparedRequest, StreamingClient
 from loadgen.results.records import RequestRecord
 
 
+class Requests(Protocol):
+    """Request i of a cell (a list, or a pool that makes requests past its end on demand)."""
+
+    def __getitem__(self, i: int, /) -> PreparedRequest: ...
+    def __len__(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class LoadPlan:
-    """What to send: ``pool[i % len(pool)]`` for request i, at ``start + offsets[i]``."""
+    """What to send: ``pool[i]`` for request i, at ``start + offsets[i]``."""
 
-    pool: Sequence[PreparedRequest]
+    pool: Requests
     offsets: Iterable[float]
     count: int | None
     concurrency: int | None
@@ -96,11 +104,12 @@ async def run_load(
                     break
             elif sem is not None:
                 await sem.acquire()
-            if end_ns is not None and time.perf_counter_ns() >= end_ns:
+            slot_ns = time.perf_counter_ns()
+            if end_ns is not None and slot_ns >= end_ns:
                 if sem is not None:
                     sem.release()
                 break
-            task = asyncio.create_task(client.send(pool[i % len(pool)], i, scheduled_ns, emit))
+            task = asyncio.create_task(client.send(pool[i], i, scheduled_ns, emit, slot_ns))
             task.add_done_callback(release)
             tasks.add(task)
             sent += 1

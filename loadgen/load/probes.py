@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import psutil
 
+from loadgen.errors import TargetError
 from loadgen.results.probes import parse_metrics
 from loadgen.servers.gpus import nvml
 
@@ -81,6 +82,7 @@ class MetricsScraper:
 
     def __init__(self, base_url: str, interval_s: float = 1.0) -> None:
         root = base_url.rstrip("/").removesuffix("/v1")
+        self.root = root
         self.url = root + "/metrics"
         self.reset_url = root + "/reset_peak_memory"
         self.interval_s = interval_s
@@ -128,3 +130,30 @@ class MetricsScraper:
         if self.has_peak:
             with contextlib.suppress(httpx.HTTPError):
                 await self._http.post(self.reset_url)
+
+    async def reset_prefix_cache(self) -> str:
+        """Empty the server's prefix cache (vLLM ``POST /reset_prefix_cache``, SGLang ``POST
+        /flush_cache``); returns what was called. vLLM refuses while blocks are held, so a
+        refusal is retried for up to 5 s."""
+        for path in ("/reset_prefix_cache", "/flush_cache"):
+            for _ in range(20):
+                try:
+                    resp = await self._http.post(self.root + path)
+                except httpx.HTTPError as exc:
+                    raise TargetError(f"load.reset_cache: POST {self.root}{path} failed ({exc})") from exc
+                if resp.status_code in (404, 405):
+                    break
+                if resp.status_code >= 400:
+                    raise TargetError(f"load.reset_cache: POST {path}: HTTP {resp.status_code} {resp.text[:200]}")
+                with contextlib.suppress(ValueError):
+                    if isinstance(answer := resp.json(), dict) and answer.get("success") is False:
+                        await asyncio.sleep(0.25)
+                        continue
+                return f"POST {path}"
+            else:
+                raise TargetError(f"load.reset_cache: POST {path} kept answering success=false for 5 s")
+        raise TargetError(
+            "load.reset_cache: the target has no prefix-cache reset (vLLM: POST /reset_prefix_cache, which needs "
+            "VLLM_SERVER_DEV_MODE=1 in the engine's environment, set when loadgen launches it; SGLang: POST "
+            "/flush_cache); drop load.reset_cache, or launch the engine with it"
+        )

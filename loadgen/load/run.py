@@ -8,6 +8,7 @@ Progress goes to an ``Observer``; nothing here prints.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -23,7 +24,14 @@ from loadgen.errors import LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.load.cell import AbortRule, calibrate, measure_window, warmup
 from loadgen.load.client import StreamingClient
 from loadgen.load.probes import GpuSampler, MetricsScraper
-from loadgen.load.serving import cell_outcome, describe_server, exit_status, group_cells, launch_target
+from loadgen.load.serving import (
+    cell_outcome,
+    describe_server,
+    exit_status,
+    group_cells,
+    launch_target,
+    place_client,
+)
 from loadgen.load.target import model_context, pick_model, too_long
 from loadgen.results.probes import PROBES, ProbeLog
 from loadgen.results.records import RequestRecord, read_records
@@ -40,6 +48,7 @@ from loadgen.results.rundir import (
     cell_summary,
     read_cell_status,
     set_aside_records,
+    stored_seed,
     write_json,
 )
 from loadgen.results.summary import CellSummary, Summary
@@ -47,9 +56,10 @@ from loadgen.scenario.matrix import Cell, expand_cells
 from loadgen.scenario.redact import dump_scenario
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.catalogue import check_models
+from loadgen.servers.cpus import pin, split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, tail
 from loadgen.workload.payload import api_key
-from loadgen.workload.prompts import TextCalibration, needs_calibration, prepare_requests
+from loadgen.workload.prompts import Stream, TextCalibration, needs_calibration, prepare_requests
 
 
 class Observer(Protocol):
@@ -111,6 +121,7 @@ def execute(
             "target.base_url -> no server to measure; give --base-url, target.base_url "
             "or a serve: block"
         )
+    scenario = _with_run_seed(scenario, run_dir if resume else None, obs)
     cells = expand_cells(scenario)
     check_models(scenario, scenario.name)
     if resume:
@@ -149,6 +160,20 @@ def execute(
     if run.abort_reason is not None:
         write_json(run_dir / SUMMARY, summary.to_dict())  # report.md already says what was measured
     return RunResult(run_dir, summary, run.stop_requested, run.abort_reason)
+
+
+def _with_run_seed(scenario: Scenario, resumed: Path | None, obs: Observer) -> Scenario:
+    """The scenario with the seed its prompts and arrivals are drawn from: the one given, the
+    resumed run's own, or a fresh one, so that no prompt repeats one of an earlier run that the
+    server may still hold in its prefix cache."""
+    if scenario.seed is not None:
+        obs.message(
+            f"seed {scenario.seed} given: the prompts are those of every run with this seed, and a server "
+            "with prefix caching may answer them from its cache (its hit rate is reported per cell)"
+        )
+        return scenario
+    seed = stored_seed(resumed) if resumed is not None else None
+    return scenario.model_copy(update={"seed": secrets.randbits(63) if seed is None else seed})
 
 
 def _reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[dict[str, Any], set[int]]:
@@ -196,6 +221,9 @@ class _Run:
         self.scenario, self.out, self.provenance, self.obs = scenario, out, provenance, obs
         self.run_dir = run_dir = out.run_dir
         self.render_report, self.n_cells = render_report, n_cells
+        assert scenario.seed is not None  # drawn by execute
+        self.seed: int = scenario.seed
+        self.cache_resets: dict[int, str] = {}  # cell -> how its engine's prefix cache was emptied before it
         self.entries: dict[int, CellSummary] = {
             e.cell: e for e in build_summary_from_dir(run_dir, scenario).cells
         }
@@ -224,6 +252,10 @@ class _Run:
         self, cell: Cell, records: list[RequestRecord], status: str, reason: str | None, server: dict[str, Any]
     ) -> None:
         line = {"cell": cell.index, "status": status, "reason": reason, "server": server}
+        if (calibration := self.provenance.get("text_calibration")) is not None:
+            line["template_tokens"] = calibration["overhead"]
+        if cell.index in self.cache_resets:
+            line["cache_reset"] = self.cache_resets[cell.index]
         self.out.cells.write(line)
         samples = self.probes.samples(cell.index)
         self.entries[cell.index] = cell_summary(self.scenario, cell, records, line, samples)
@@ -231,11 +263,17 @@ class _Run:
         self.obs.cell_finished(cell, self.entries[cell.index])
         if status == "failed":
             self.obs.message(f"cell {cell.index + 1}/{self.n_cells} failed: {reason}")
-        if (health := self.entries[cell.index].client) and health["client_bound"]:
+        entry = self.entries[cell.index]
+        if (health := entry.client) and health["client_bound"]:
+            what = {"starved": "was client-starved", "saturated": "was client-bound"}.get(
+                health.get("verdict", ""), "had a lagging client"
+            )
             self.obs.message(
-                f"warning: cell {cell.index + 1}/{self.n_cells} was client-bound ({'; '.join(health['reasons'])}): "
+                f"warning: cell {cell.index + 1}/{self.n_cells} {what} ({'; '.join(health['reasons'])}): "
                 f"its TTFT / ITL include the client's own delay; {health['advice']}"
             )
+        for warning in entry.warnings:
+            self.obs.message(f"warning: cell {cell.index + 1}/{self.n_cells}: {warning}")
 
     def serve_group(
         self, todo: list[Cell], base_url: str | None, n: int, n_groups: int, *, single: bool
@@ -247,10 +285,14 @@ class _Run:
         assert point is not None
         info: dict[str, Any] = {}
         url = base_url
+        cores = usable_cores()
         if url is None:
             log = SERVER_LOG if n_groups == 1 else f"server-{n + 1}.log"
+            split = split_cores(cores, point.load.client_cpus)
             try:
-                server, url, info = launch_target(point, self.run_dir / log, self.provenance, self.obs.message)
+                server, url, info = launch_target(
+                    point, self.run_dir / log, self.provenance, self.obs.message, split[0] if split else (),
+                )
             except LaunchError as exc:
                 if single:
                     raise
@@ -262,9 +304,12 @@ class _Run:
                     self.finish_cell(cell, [], "failed", str(exc), describe_server(point, {}))
                 return []
         try:
+            if (placed := place_client(point, url, server, self.obs.message)) is not None:
+                self.provenance["cpus"] = placed
             with asyncio.Runner(loop_factory=_new_loop) as runner:
                 return runner.run(self._run_cells(todo, url, server, info))
         finally:
+            pin(0, cores)  # this process may go on (a matrix, a test): its cores back
             if server is not None:
                 server.stop()
 
@@ -295,7 +340,7 @@ class _Run:
                 self.out.write_provenance(self.provenance)
                 calibration = TextCalibration()
                 if needs_calibration(point):
-                    calibration = await calibrate(client, point, model)
+                    calibration = await calibrate(client, point, model, self.seed, todo[0].index)
                     self.provenance["text_calibration"] = {
                         "overhead": calibration.overhead, "per_word": calibration.per_word,
                     }
@@ -379,8 +424,10 @@ class _Run:
             await scraper.scrape_once(probe("metrics"))
             scraping = asyncio.create_task(scraper.run(probe("metrics"), first_done=True))
             try:
-                await measure_window(client, self.scenario, cell, pool, emit, stop, started, self.obs.message,
-                                     probe("client"))
+                await measure_window(
+                    client, self.scenario, cell, pool, self.seed, emit, stop, started, self.obs.message,
+                    probe("client"),
+                )
             finally:
                 scraping.cancel()
                 await asyncio.gather(scraping, return_exceptions=True)
@@ -388,8 +435,13 @@ class _Run:
                 if gpu is not None:
                     gpu.stop()
 
-        pool = prepare_requests(self.scenario, cell, model, calibration)
-        await warmup(client, cell, pool, emit, stop)
+        point = cell.point or self.scenario
+        if point.load.reset_cache == "between-cells":
+            self.cache_resets[cell.index] = await scraper.reset_prefix_cache()
+        warm = prepare_requests(self.scenario, cell, model, calibration, self.seed, Stream.WARMUP,
+                                count=point.load.warmup_requests)
+        pool = prepare_requests(self.scenario, cell, model, calibration, self.seed)
+        await warmup(client, cell, warm, emit, stop)
         await measured_window()
 
     def close(self) -> None:

@@ -16,12 +16,57 @@ Samples go to ``probes.jsonl`` (probe ``client``, one line per process and secon
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import psutil
+
 PROBE_EVERY_S = 0.010
 INTERVAL_S = 1.0
+# an interval whose loop lag p99 is over this while the client used under STARVED_SHARE of a
+# core was starved: another process held the core; the processes that used CPU are sampled
+STARVED_LAG_MS = 5.0
+STARVED_SHARE = 0.5
+HOG_WINDOW_S = 0.5
+
+
+def _cpu_by_process(cores: set[int]) -> dict[int, tuple[float, str]]:
+    """CPU seconds so far of every process that may run on one of ``cores``."""
+    out: dict[int, tuple[float, str]] = {}
+    for proc in psutil.process_iter(["name", "cpu_times", "cpu_affinity"]):
+        info = proc.info
+        times, affinity = info.get("cpu_times"), info.get("cpu_affinity")
+        if times is None or (affinity and not cores.intersection(affinity)):
+            continue
+        out[proc.pid] = (times.user + times.system, str(info.get("name") or "?"))
+    return out
+
+
+class HogSampler(threading.Thread):
+    """The processes that used the client's cores over ``HOG_WINDOW_S`` (off the event loop)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="hog-sampler", daemon=True)
+        self.result: list[dict[str, Any]] | None = None
+
+    def run(self) -> None:
+        cores = os.sched_getaffinity(0)
+        before, t0 = _cpu_by_process(cores), time.perf_counter()
+        time.sleep(HOG_WINDOW_S)
+        after, wall = _cpu_by_process(cores), time.perf_counter() - t0
+        me = os.getpid()
+        used = [
+            (round((cpu - before[pid][0]) / wall, 3), pid, name)
+            for pid, (cpu, name) in after.items() if pid in before and pid != me
+        ]
+        self.result = [
+            {"pid": pid, "name": name, "cpu_share": share}
+            for share, pid, name in sorted(used, reverse=True)[:3] if share > 0.05
+        ]
 
 
 class ClientMonitor:
@@ -38,6 +83,7 @@ class ClientMonitor:
         self._reads = self._read_ns = 0
         self._next_flush = 0.0
         self._due = 0.0
+        self._hogs: HogSampler | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -66,14 +112,23 @@ class ClientMonitor:
     def _flush(self, now: float) -> None:
         cpu = time.process_time()
         s = self._stats
-        self._emit({
+        sample: dict[str, Any] = {
             "worker": self._worker,
             "wall_s": round(now - self._t, 6),
             "cpu_s": round(cpu - self._cpu, 6),
             "reads": s.reads - self._reads,
             "read_ms": round((s.read_ns - self._read_ns) / 1e6, 3),
             "loop_lag_ms": [round(x * 1e3, 3) for x in self._lags],
-        })
+        }
+        if self._hogs is not None and not self._hogs.is_alive():
+            sample["hogs"] = self._hogs.result or []
+            self._hogs = None
+        share = sample["cpu_s"] / sample["wall_s"] if sample["wall_s"] > 0 else 0.0
+        lag_p99 = float(np.percentile(sample["loop_lag_ms"], 99)) if self._lags else 0.0
+        if lag_p99 > STARVED_LAG_MS and share < STARVED_SHARE and self._hogs is None:
+            self._hogs = HogSampler()  # who holds the core: named in the next sample
+            self._hogs.start()
+        self._emit(sample)
         self._t, self._cpu = now, cpu
         self._reads, self._read_ns = s.reads, s.read_ns
         self._lags = []

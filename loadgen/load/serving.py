@@ -12,12 +12,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import PROVENANCE, write_json
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.commands import launch_spec
+from loadgen.servers.cpus import cores_text, listener_cores, pin, split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, free_port, shell_line, sim_spec, tail
 from loadgen.servers.preflight import engine_info, prepare
 from loadgen.servers.spec import EngineSpec, build_spec
@@ -36,8 +38,9 @@ def group_cells(cells: list[Cell], *, launched: bool) -> list[list[Cell]]:
     return list(groups.values())
 
 
-def engine_spec(point: Scenario) -> EngineSpec:
-    """The engine a matrix point's ``serve:`` block names, resolved as ``loadgen serve`` does."""
+def engine_spec(point: Scenario, cpus: tuple[int, ...] = ()) -> EngineSpec:
+    """The engine a matrix point's ``serve:`` block names, resolved as ``loadgen serve`` does
+    (``cpus``: the cores of a CPU engine)."""
     serve = point.serve
     assert serve is not None
     assert serve.model is not None
@@ -48,7 +51,7 @@ def engine_spec(point: Scenario) -> EngineSpec:
         serve.model, backend=serve.engine, device=serve.device, quant=serve.quant, setting=serve.setting,
         tp=serve.tp, pp=serve.pp, gpus=serve.gpus, host=serve.host, port=serve.port or free_port(serve.host),
         kv_cache_dtype=serve.kv_cache_dtype, load_format=serve.load_format, attn=serve.attn, slots=slots,
-        extra_args=serve.extra_args,
+        extra_args=serve.extra_args, cpus=cpus,
     )
 
 
@@ -68,18 +71,23 @@ def spec_summary(spec: EngineSpec) -> dict[str, Any]:
 
 
 def launch_target(
-    point: Scenario, log_path: Path, provenance: dict[str, Any], message: Callable[[str], None]
+    point: Scenario, log_path: Path, provenance: dict[str, Any], message: Callable[[str], None],
+    cpus: tuple[int, ...] = (),
 ) -> tuple[LaunchedServer, str, dict[str, Any]]:
-    """Start the simulator or engine of a point's ``serve:`` block, logging to ``log_path``."""
+    """Start the simulator or engine of a point's ``serve:`` block, logging to ``log_path``;
+    ``cpus``: the cores it gets when it runs on CPU here (the simulator always does)."""
     assert point.serve is not None
     if point.serve.engine == "sim":
-        launch = sim_spec(point.serve)
+        launch = replace(sim_spec(point.serve), cpus=cpus)
         info: dict[str, Any] = {"backend": "sim", "argv": list(launch.argv)}
     else:
-        spec = engine_spec(point)
+        spec = engine_spec(point, cpus)
         launch = launch_spec(spec)
         if point.serve.ready_timeout_s is not None:
             launch = replace(launch, ready_timeout_s=point.serve.ready_timeout_s)
+        if point.load.reset_cache == "between-cells" and spec.backend == "vllm":
+            # vLLM serves POST /reset_prefix_cache only in its development mode
+            launch = replace(launch, env={**launch.env, "VLLM_SERVER_DEV_MODE": "1"})
         info = prepare(spec, launch, force=point.serve.force)
         info["spec"] = spec_summary(spec)
     info["log"] = log_path.name
@@ -144,3 +152,44 @@ def cell_outcome(records: list[RequestRecord], server: LaunchedServer | None) ->
         return "failed", "no request was measured"
     detail = Counter(f"{r.error}: {r.error_detail or ''}".strip() for r in failed).most_common(1)[0][0]
     return "failed", f"no request completed ({detail[:300]})"
+
+
+def is_local(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def place_client(
+    point: Scenario, base_url: str, launched: LaunchedServer | None, message: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """Pin this process (and the worker processes it will start) away from the engine's cores:
+    those loadgen gave an engine it launched, or those of the process listening on a local
+    ``base_url``; ``load.client_cpus`` as given wins. Returns what was decided, for provenance
+    (None: nothing to separate)."""
+    available = usable_cores()
+    wanted = point.load.client_cpus
+    engine: tuple[int, ...] = ()
+    how = ""
+    if launched is not None and launched.spec.cpus:
+        engine, how = launched.spec.cpus, f"loadgen launched {launched.spec.name} on these cores"
+    elif launched is None and is_local(base_url) and (port := urlsplit(base_url).port) is not None:
+        found = listener_cores(port)
+        if found is not None and found[1] and set(found[1]) < set(available):
+            engine, how = found[1], f"the process listening on port {port} (pid {found[0]}) is pinned to these cores"
+    if isinstance(wanted, tuple):
+        client = wanted
+    elif engine:
+        rest = tuple(c for c in available if c not in engine)
+        client = rest[-wanted:] if isinstance(wanted, int) else rest
+    elif isinstance(wanted, int) and (split := split_cores(available, wanted)) is not None:
+        client = split[1]
+    else:
+        if launched is not None and len(available) < 2:
+            message("engine and client share the only core this process may use: the client may wait for the engine")
+        return None
+    if not client:
+        message(f"no core left for the client beside the engine's {cores_text(engine)}: they share cores")
+        return None
+    pin(0, client)
+    message(f"cores: engine {cores_text(engine) if engine else '-'} | client {cores_text(client)}")
+    return {"engine": list(engine), "client": list(client), "how": how or "load.client_cpus"}

@@ -126,8 +126,10 @@ class StreamState:
         error: FailureClass | None,
         detail: str | None,
         worker: int = 0,
+        slot_ns: int | None = None,
     ) -> RequestRecord:
-        """The request's record, times in seconds after ``base_ns``."""
+        """The request's record, times in seconds after ``base_ns`` (``slot_ns``: when its
+        concurrency slot was free)."""
         sent = self.sent_ns
         chunk_total = sum(self.chunk_tokens)
         source: TokenSource = "usage" if self.usage_completion is not None else "chunks"
@@ -154,6 +156,7 @@ class StreamState:
             error=error,
             error_detail=detail,
             worker=worker,
+            slot_wait_s=max(slot_ns - scheduled_ns, 0) / 1e9 if slot_ns is not None else 0.0,
         )
 
 

@@ -18,7 +18,7 @@ import itertools
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -26,12 +26,11 @@ from typing import Any
 import orjson
 
 from loadgen.load.client import StreamingClient
-from loadgen.load.dispatch import LoadPlan, run_load
+from loadgen.load.dispatch import LoadPlan, Requests, run_load
 from loadgen.load.schedule import iter_offsets, partition
 from loadgen.load.selfcheck import ClientMonitor
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.schema import Target
-from loadgen.workload.payload import PreparedRequest
 
 # messages on a worker's pipe: a one-byte tag, then the payload
 _READY, _START, _STOP, _RECORD, _HEALTH, _END = b"C", b"S", b"X", b"R", b"H", b"E"
@@ -54,7 +53,7 @@ class WorkerJob:
     api_key: str | None
     new_connection_per_request: bool
     clock_base_ns: int
-    pool: Sequence[PreparedRequest]
+    pool: Requests
     count: int | None
     concurrency: int | None
     rate: float | None
@@ -220,7 +219,7 @@ def worker_jobs(
     api_key: str | None,
     new_connection_per_request: bool,
     clock_base_ns: int,
-    pool: Sequence[PreparedRequest],
+    pool: Requests,
     count: int | None,
     concurrency: int | None,
     rate: float | None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 import time
 from dataclasses import replace
 from typing import Any
@@ -74,7 +75,10 @@ class _State:
         with self._bench_lock:
             if self.bench is None or self.bench.host != host:
                 assert self.plan is not None
-                self.bench = build_workbench(self.plan, host)
+                runner = self.env.runner if self.env is not None else None
+                process = (int(getattr(runner, "worker_index", -1)) + 1) % 1024  # 0: the master or one process
+                seed = self.plan.scenario.seed
+                self.bench = build_workbench(self.plan, host, secrets.randbits(63) if seed is None else seed, process)
                 self.model = self.bench.model
             return self.bench
 

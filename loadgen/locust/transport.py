@@ -23,8 +23,10 @@ from loadgen.locust.plan import LocustPlan
 from loadgen.results.records import FailureClass
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import Timeouts
-from loadgen.workload.payload import ENDPOINTS, PreparedRequest, api_key, auth_headers
+from loadgen.workload.payload import ENDPOINTS, api_key, auth_headers
 from loadgen.workload.prompts import (
+    RequestPool,
+    Stream,
     TextCalibration,
     calibration_from,
     calibration_probes,
@@ -42,12 +44,14 @@ class Workbench:
     headers: dict[str, str]
     timeouts: Timeouts
     model: str
-    pool: list[PreparedRequest]
+    pool: RequestPool
     calibration: TextCalibration
     next_prompt: itertools.count[int] = field(default_factory=itertools.count)
 
 
-def build_workbench(plan: LocustPlan, host: str) -> Workbench:
+def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Workbench:
+    """Model, calibration and this process's prompts (stream LOCUST of ``process``: unique in the
+    run whatever the seed, made on demand as the users ask for more)."""
     target = plan.scenario.target
     base = host.rstrip("/")
     url = URL(base + ENDPOINTS[target.api])
@@ -61,15 +65,15 @@ def build_workbench(plan: LocustPlan, host: str) -> Workbench:
         calibration = TextCalibration()
         if needs_calibration(plan.scenario):
             points = []
-            for words, body in calibration_probes(plan.scenario, model):
+            for words, body in calibration_probes(plan.scenario, model, seed, process):
                 st = StreamState()
                 stream_request(http, url.request_uri, body, headers, t, st)
                 points.append((words, st.prompt_tokens))
             calibration = calibration_from(points)
     finally:
         http.close()
-    cell = Cell(0, plan.input_tokens, plan.output_tokens, None, None, plan.scenario)
-    pool = prepare_requests(plan.scenario, cell, model, calibration)
+    cell = Cell(process, plan.input_tokens, plan.output_tokens, None, None, plan.scenario)
+    pool = prepare_requests(plan.scenario, cell, model, calibration, seed, Stream.LOCUST)
     return Workbench(base, url.request_uri, headers, t, model, pool, calibration)
 
 

@@ -95,7 +95,7 @@ class LLMUser(User):
             raise StopUser()
         if STATE.stopping:
             return
-        req = bench.pool[next(bench.next_prompt) % len(bench.pool)]
+        req = bench.pool[next(bench.next_prompt)]  # a new prompt every time, never a repeat
         request_id = next(STATE.request_ids)
         t = bench.timeouts
         st = StreamState(t.first_token_s, t.total_s)

@@ -48,6 +48,16 @@ def _params_text(params: dict[str, Any]) -> str:
     )
 
 
+def _cache_text(cell: CellSummary) -> str:
+    """The server's own word on its prefix cache during the cell."""
+    parts = []
+    if cell.server_prefix_cache_hit_rate is not None:
+        parts.append(f"server prefix-cache hits {cell.server_prefix_cache_hit_rate:.1%} of prompt tokens")
+    if cell.cache_reset:
+        parts.append(f"cache emptied before the cell ({cell.cache_reset})")
+    return "".join(f" | {p}" for p in parts)
+
+
 def _throughput_line(m: CellMetrics) -> str:
     failures = ", ".join(f"{k} {v}" for k, v in m.failures_by_class.items()) or "none"
     parts = [f"completed {m.completed}/{m.requests}", f"failed {m.failed} ({failures})"]
@@ -91,7 +101,7 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
         for row in _latency_rows(cell):
             table.add_row(*row)
         out.append(table)
-        out.append(_throughput_line(cell.metrics))
+        out.append(_throughput_line(cell.metrics) + _cache_text(cell))
     if len(summary.measured) > 1:
         table = RichTable(title="sweep", title_justify="left")
         headers, rows = sweep_rows(summary)
@@ -106,7 +116,7 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
 def sweep_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
     headers = [
         "input", "output", "concurrency", "rate", "QPS", "output tok/s", "total tok/s",
-        "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "failed",
+        "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "failed", "cache hits",
     ]
     rows = []
     for cell in summary.measured:
@@ -118,6 +128,7 @@ def sweep_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
             _num(m.request_throughput, 3), _num(m.output_throughput, 1), _num(m.total_token_throughput, 1),
             _ms(m.ttft_s.p50), _ms(m.ttft_s.p99), _ms(m.tpot_s.p50), _ms(m.itl_s.p50), _ms(m.itl_s.p99),
             str(m.failed),
+            "-" if cell.server_prefix_cache_hit_rate is None else f"{cell.server_prefix_cache_hit_rate:.1%}",
         ])
     return headers, rows
 
@@ -141,7 +152,8 @@ def render_markdown(summary: Summary) -> str:
             parts += [f"{cell.status}: {cell.reason}", ""]
             continue
         parts += [_md_table(["ms", *COLUMNS], _latency_rows(cell)), ""]
-        parts += [_throughput_line(cell.metrics), ""]
+        parts += [_throughput_line(cell.metrics) + _cache_text(cell), ""]
+        parts += [f"**Warning**: {w}" for w in cell.warnings] + ([""] if cell.warnings else [])
     if len(summary.measured) > 1:
         parts += ["## Sweep", "", _md_table(*sweep_rows(summary)), ""]
     return "\n".join(parts)

@@ -18,6 +18,18 @@ from loadgen.results.records import RequestRecord
 LOOP_LAG_P99_MS = 5.0
 SEND_LAG_P99_MS = 5.0
 CPU_SHARE = 0.90
+# a lagging loop while the client used less than this share of a core: starved, not saturated
+STARVED_SHARE = 0.5
+
+
+def _hogs(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The processes seen on the client's cores while it was starved, busiest first."""
+    seen: dict[int, dict[str, Any]] = {}
+    for s in samples:
+        for h in s.get("hogs") or ():
+            if h["pid"] not in seen or h["cpu_share"] > seen[h["pid"]]["cpu_share"]:
+                seen[h["pid"]] = h
+    return sorted(seen.values(), key=lambda h: -h["cpu_share"])[:3]
 
 
 def _stats(values: list[float]) -> dict[str, float] | None:
@@ -47,7 +59,8 @@ def summarize_client(
     read_ms = sum(s["read_ms"] for s in samples)
     send = None
     if rate_driven:
-        send = _stats([(r.sent_at - r.scheduled_at) * 1e3 for r in records if not r.warmup and r.sent_at is not None])
+        measured = [r for r in records if not r.warmup and r.sent_at is not None]
+        send = _stats([(r.sent_at - r.scheduled_at - r.slot_wait_s) * 1e3 for r in measured])  # type: ignore[operator]
     loop = _stats(lags)
     reasons = []
     if loop is not None and loop["p99"] > LOOP_LAG_P99_MS:
@@ -57,12 +70,30 @@ def summarize_client(
     if share > CPU_SHARE:
         reasons.append(f"client CPU {share:.0%} of a core > {CPU_SHARE:.0%}")
     bound = bool(reasons)
-    advice = None
-    if bound:
+    hogs = _hogs(samples)
+    verdict, advice = "ok", None
+    if share > CPU_SHARE:
+        verdict = "saturated"
         more = max(workers + 1, math.ceil(workers * max(share, 1.0) / 0.6))
         advice = (f"the client, not the server, limited this cell: set load.workers: {more} "
                   "(or auto), or spread the load over hosts with loadgen locust --master")
+    elif loop is not None and loop["p99"] > LOOP_LAG_P99_MS and share < STARVED_SHARE:
+        verdict = "starved"
+        reasons.append(f"while the client itself used only {share:.0%} of a core")
+        who = ", ".join(f"{h['name']} (pid {h['pid']}, {h['cpu_share']:.0%} of a core)" for h in hogs)
+        advice = (
+            "another process held the client's core" + (f": {who}" if who else "")
+            + "; keep it off the client's cores (loadgen pins the CPU engines it launches apart from the "
+            "client; load.client_cpus chooses the client's), or free a core; more workers would only add "
+            "to the contention"
+        )
+    elif bound:
+        verdict = "lagging"
+        advice = ("the client's event loop fell behind though no process was seen holding its core: "
+                  "check the machine's load, or spread the load with load.workers")
     return {
+        "verdict": verdict,
+        "hogs": hogs,
         "workers": workers,
         "loop_lag_ms": loop,
         "send_lag_ms": send,

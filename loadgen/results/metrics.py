@@ -118,7 +118,12 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> CellM
             np.concatenate([itl_values(r) for r in ok]) if ok else np.empty(0)
         ),
         e2e_s=distribution(r.done_at - r.sent_at for r in ok),  # type: ignore[operator]
-        send_lag_s=distribution(r.sent_at - r.scheduled_at for r in measured if r.sent_at is not None),
+        # the client's own lateness: from the schedule (or the free slot) to the request on the wire
+        send_lag_s=distribution(
+            r.sent_at - r.scheduled_at - r.slot_wait_s for r in measured if r.sent_at is not None
+        ),
+        # waiting for a free concurrency slot (the concurrency limit), not the client's lateness
+        slot_wait_s=distribution(r.slot_wait_s for r in measured if r.sent_at is not None),
         # Qwen's single-stream "Speed(tokens/s)": output tokens over the whole request time
         speed_tokens_per_s=distribution(
             r.output_tokens / (r.done_at - r.sent_at)

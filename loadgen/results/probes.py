@@ -30,11 +30,16 @@ GAUGES: dict[str, tuple[str, ...]] = {
     "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size"),
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
     "engine_peak_allocated_bytes": ("loadgen_engine_peak_allocated_bytes",),
+    # SGLang reports its radix cache's hit rate as a gauge (vLLM v0 did too, per GPU)
+    "prefix_cache_hit_rate": ("sglang:cache_hit_rate", "vllm:gpu_prefix_cache_hit_rate"),
 }
 COUNTERS: dict[str, tuple[str, ...]] = {
     "preemptions": ("vllm:num_preemptions", "vllm:num_preemptions_total"),
     "prompt_tokens": ("vllm:prompt_tokens", "sglang:prompt_tokens", "vllm:prompt_tokens_total"),
     "generation_tokens": ("vllm:generation_tokens", "sglang:generation_tokens", "vllm:generation_tokens_total"),
+    # vLLM v1: prompt tokens looked up in the prefix cache, and those found there
+    "prefix_cache_queries": ("vllm:prefix_cache_queries", "loadgen_sim_prefix_cache_queries"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits", "loadgen_sim_prefix_cache_hits"),
 }
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
@@ -193,3 +198,17 @@ def read_probes(path: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
             s = orjson.loads(line)
             out.setdefault(s["cell"], {}).setdefault(s["probe"], []).append(s)
     return out
+
+
+def prefix_cache_hit_rate(server_metrics: dict[str, Any] | None) -> tuple[float | None, str]:
+    """The share of prompt tokens the server served from its prefix cache during a cell, from
+    its own counters (hits / queries over the cell), else its hit-rate gauge; or why unknown."""
+    if not server_metrics:
+        return None, "the server's /metrics could not be read"
+    queries, hits = server_metrics.get("prefix_cache_queries"), server_metrics.get("prefix_cache_hits")
+    if queries is not None and hits is not None:
+        return (hits / queries if queries > 0 else 0.0), "prefix-cache hit and query counters"
+    gauge = server_metrics.get("prefix_cache_hit_rate")
+    if gauge is not None:
+        return float(gauge["mean"]), "prefix-cache hit-rate gauge (mean over the cell)"
+    return None, "the server exports no prefix-cache counter"

@@ -59,6 +59,9 @@ class RequestRecord:
     error: FailureClass | None = None
     error_detail: str | None = None
     worker: int = 0
+    # seconds between scheduled_at and the moment a concurrency slot was free: waiting for an
+    # earlier request of ours to finish, not lateness of the client (send lag is the rest)
+    slot_wait_s: float = 0.0
 
     @property
     def ok(self) -> bool:

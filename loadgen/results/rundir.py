@@ -30,13 +30,19 @@ from loadgen import __version__
 from loadgen.errors import RunDirError, ScenarioError, UsageError
 from loadgen.results.client import summarize_client
 from loadgen.results.metrics import summarize
-from loadgen.results.probes import PROBES, read_probes, summarize_gpu, summarize_server_metrics
+from loadgen.results.probes import (
+    PROBES,
+    prefix_cache_hit_rate,
+    read_probes,
+    summarize_gpu,
+    summarize_server_metrics,
+)
 from loadgen.results.records import RecordWriter, RequestRecord, read_records
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, expand_cells
 from loadgen.scenario.redact import dump_scenario, redact_argv
-from loadgen.scenario.schema import Scenario
+from loadgen.scenario.schema import PromptFile, Scenario
 
 RECORDS = "records.jsonl"
 SUMMARY = "summary.json"
@@ -45,6 +51,9 @@ PROVENANCE = "provenance.json"
 REPORT = "report.md"
 SERVER_LOG = "server.log"
 CELLS = "cells.jsonl"
+# above this share of prompt tokens served from the prefix cache, a workload of unique prompts
+# was not measured cold (a template shared by every request stays far below it)
+CACHE_HIT_WARN = 0.05
 
 
 def default_run_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
@@ -90,6 +99,21 @@ def cell_summary(
     else:
         no_gpu = "no GPU memory samples (no NVIDIA GPU visible through NVML)"
     measured = any(not r.warmup for r in records)
+    server_metrics = summarize_server_metrics(samples.get("metrics", []))
+    hit_rate, _ = prefix_cache_hit_rate(server_metrics)
+    warnings = []
+    # a chat template's tokens are the same in every request: the server may serve them from its cache
+    shared = max(float(status.get("template_tokens") or 0.0), 0.0) / max(cell.input_tokens, 1)
+    if (
+        hit_rate is not None and hit_rate > CACHE_HIT_WARN + shared
+        and not isinstance(point.workload.prompt, PromptFile)
+    ):
+        warnings.append(
+            f"the server answered {hit_rate:.1%} of this cell's prompt tokens from its prefix cache, while no two "
+            "prompts of the run share content: the cache held prompts of an earlier run (a seed given again "
+            "repeats them), so TTFT is below a cold prefill's; let loadgen draw the seed, or set "
+            "load.reset_cache: between-cells"
+        )
     return CellSummary(
         cell=cell.index,
         params=cell.params(),
@@ -98,9 +122,12 @@ def cell_summary(
         note=point.note,
         server=server,
         metrics=summarize(records, point.slo) if measured else None,
-        server_metrics=summarize_server_metrics(samples.get("metrics", [])),
+        server_metrics=server_metrics,
         gpu_memory=summarize_gpu(samples.get("gpu", []), reason=no_gpu),
         client=summarize_client(samples.get("client", []), records, cell.rate is not None),
+        server_prefix_cache_hit_rate=hit_rate,
+        cache_reset=status.get("cache_reset"),
+        warnings=tuple(warnings),
     )
 
 
@@ -109,7 +136,7 @@ def assemble_summary(
 ) -> Summary:
     return Summary(
         scenario=scenario.name, kind=scenario.kind, speed=scenario.speed, model=model, interrupted=interrupted,
-        cells=tuple(cells), aborted=aborted,
+        cells=tuple(cells), aborted=aborted, seed=scenario.seed,
     )
 
 
@@ -221,6 +248,16 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
         scenario, entries, model=provenance.get("model", stored.get("model")),
         interrupted=bool(stored.get("interrupted", False)), aborted=stored.get("aborted") or None,
     )
+
+
+def stored_seed(run_dir: Path) -> int | None:
+    """The seed a run directory's prompts were drawn from (its resolved scenario says)."""
+    try:
+        data = yaml.safe_load((run_dir / SCENARIO).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    seed = data.get("seed") if isinstance(data, dict) else None
+    return seed if isinstance(seed, int) else None
 
 
 def load_scenario_of(run_dir: Path) -> Scenario:

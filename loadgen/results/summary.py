@@ -53,7 +53,7 @@ class ChunkDiscrepancy:
 
 
 _DISTRIBUTIONS = (
-    "ttft_s", "ttft_from_schedule_s", "tpot_s", "itl_s", "e2e_s", "send_lag_s", "speed_tokens_per_s",
+    "ttft_s", "ttft_from_schedule_s", "tpot_s", "itl_s", "e2e_s", "send_lag_s", "slot_wait_s", "speed_tokens_per_s",
     "speed_total_tokens_per_s",
 )
 
@@ -86,6 +86,7 @@ class CellMetrics:
     itl_s: Distribution
     e2e_s: Distribution
     send_lag_s: Distribution
+    slot_wait_s: Distribution
     speed_tokens_per_s: Distribution
     speed_total_tokens_per_s: Distribution
     # with SLOs: the objectives (ms), the share of measured requests meeting all, and goodput
@@ -130,6 +131,11 @@ class CellSummary:
     server_metrics: dict[str, Any] | None = None
     gpu_memory: dict[str, Any] = field(default_factory=dict)
     client: dict[str, Any] | None = None
+    # the witness: the share of prompt tokens the server answered from its prefix cache during
+    # the cell (its own counters), None where it exports none; and the cache reset before it
+    server_prefix_cache_hit_rate: float | None = None
+    cache_reset: str | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def open_loop(self) -> bool:
@@ -138,6 +144,7 @@ class CellSummary:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["metrics"] = None if self.metrics is None else self.metrics.to_dict()
+        out["warnings"] = list(self.warnings)
         return out
 
     @classmethod
@@ -148,7 +155,8 @@ class CellSummary:
             reason=data.get("reason"), note=data.get("note") or "", server=dict(data.get("server") or {}),
             metrics=None if metrics is None else CellMetrics.from_dict(metrics),
             server_metrics=data.get("server_metrics"), gpu_memory=dict(data.get("gpu_memory") or {}),
-            client=data.get("client"),
+            client=data.get("client"), server_prefix_cache_hit_rate=data.get("server_prefix_cache_hit_rate"),
+            cache_reset=data.get("cache_reset"), warnings=tuple(data.get("warnings") or ()),
         )
 
 
@@ -163,6 +171,7 @@ class Summary:
     interrupted: bool
     cells: tuple[CellSummary, ...]
     aborted: str | None = None  # the abort rule that ended the run, in words
+    seed: int | None = None  # what the prompts and arrivals were drawn from
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -173,7 +182,7 @@ class Summary:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "schema_version": self.schema_version, "scenario": self.scenario, "kind": self.kind,
-            "speed": self.speed, "model": self.model, "interrupted": self.interrupted,
+            "speed": self.speed, "model": self.model, "seed": self.seed, "interrupted": self.interrupted,
             "cells": [c.to_dict() for c in self.cells],
         }
         if self.aborted is not None:
@@ -187,5 +196,6 @@ class Summary:
             speed=str(data.get("speed", "output")), model=data.get("model"),
             interrupted=bool(data.get("interrupted", False)),
             cells=tuple(CellSummary.from_dict(c) for c in data.get("cells", [])), aborted=data.get("aborted"),
+            seed=data.get("seed"),
             schema_version=int(data.get("schema_version", 1)),
         )

@@ -116,10 +116,17 @@ class Workload(_Model):
     ignore_eos: bool = True
     # send min_tokens = max_tokens as well (vLLM, SGLang); off for servers that reject it
     min_tokens: bool = True
-    prompt: Literal["random-tokens", "text"] | PromptFile = "random-tokens"
+    # text as clients send it (default), token ids (completions; skips the server's tokenizer),
+    # or a JSONL file; "random-tokens" is the former name of token-ids
+    prompt: Literal["text", "token-ids"] | PromptFile = "text"
     sampling: Sampling = Sampling()
-    # half-open range [lo, hi) of token ids drawn for random-tokens prompts without a tokenizer
+    # half-open range [lo, hi) of token ids drawn for token-ids prompts
     token_id_range: tuple[int, int] = (1000, 5000)
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _former_names(cls, v: Any) -> Any:
+        return "token-ids" if v == "random-tokens" else v
 
     @model_validator(mode="after")
     def _check_range(self) -> Workload:
@@ -145,11 +152,22 @@ class Load(_Model):
     # open a fresh connection for every request (TTFT then includes TCP/TLS setup); by default
     # connections are opened before the measured window and kept alive
     new_connection_per_request: bool = False
+    # empty the engine's prefix cache before each cell (vLLM POST /reset_prefix_cache, SGLang
+    # POST /flush_cache); "never" leaves it, and the server's own counters say what it served
+    reset_cache: Literal["never", "between-cells"] = "never"
+    # the cores the client runs on: a number of cores (taken from the highest) or a list of
+    # core ids; None: when the engine runs on this host, the cores it does not use
+    client_cpus: int | tuple[int, ...] | None = None
 
     @model_validator(mode="after")
     def _check_workers(self) -> Load:
         if isinstance(self.workers, int) and self.workers < 1:
             raise ValueError(f"workers must be >= 1 or 'auto' (got {self.workers})")
+        cpus = self.client_cpus
+        if isinstance(cpus, int) and cpus < 1:
+            raise ValueError(f"client_cpus must be a number of cores >= 1 or a list of core ids (got {cpus})")
+        if isinstance(cpus, tuple) and (not cpus or any(c < 0 for c in cpus)):
+            raise ValueError("client_cpus: give at least one core id, each >= 0")
         return self
 
 
@@ -338,7 +356,9 @@ class Scenario(_Model):
     load: Load = Load()
     slo: Slo | None = None
     serve: Serve | None = None
-    seed: int = 0
+    # prompts and arrivals are drawn from it; None: a fresh seed per run (recorded in the run
+    # directory), so that no request repeats a prompt of an earlier run that a server may cache
+    seed: int | None = Field(None, ge=0, lt=2**63)
 
     @model_validator(mode="after")
     def _kind_defaults(self) -> Scenario:

@@ -4,6 +4,7 @@ environment (a plain dict, one entry per engine family module)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from loadgen.servers.launch import LaunchSpec
 from loadgen.servers.llamacpp import llamacpp_command
@@ -23,4 +24,4 @@ BUILDERS: dict[str, Callable[[EngineSpec], LaunchSpec]] = {
 
 
 def launch_spec(spec: EngineSpec) -> LaunchSpec:
-    return BUILDERS[spec.backend](spec)
+    return replace(BUILDERS[spec.backend](spec), cpus=spec.cpus)

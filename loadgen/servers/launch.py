@@ -35,6 +35,7 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 60.0
     name: str = "server"
+    cpus: tuple[int, ...] = ()  # the cores the server's process group may run on (empty: any)
 
     @property
     def base_url(self) -> str:
@@ -132,6 +133,10 @@ class LaunchedServer:
                 )
             except OSError as exc:
                 raise LaunchError(f"{spec.name}: cannot start {spec.argv[0]!r}: {exc}") from exc
+        if spec.cpus:
+            # before the program can start a thread or a child: they inherit the leader's cores
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(self.proc.pid, spec.cpus)
         try:
             with sigterm_interrupts():
                 if on_spawn is not None:
@@ -203,9 +208,10 @@ class LaunchedServer:
 
 
 def shell_line(launch: LaunchSpec) -> str:
-    """The command as one line a user can paste: ``ENV=... argv``."""
+    """The command as one line a user can paste: ``ENV=... [taskset -c CORES] argv``."""
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env.items())
-    return f"{env} {shlex.join(launch.argv)}".strip()
+    pinned = ["taskset", "-c", ",".join(map(str, launch.cpus))] if launch.cpus else []
+    return f"{env} {shlex.join([*pinned, *launch.argv])}".strip()
 
 
 def serve_foreground(server: LaunchedServer, on_ready: Callable[[str, float], None]) -> tuple[bool, int | None]:

@@ -33,6 +33,8 @@ def llamacpp_command(spec: EngineSpec) -> LaunchSpec:
         server, "-m", gguf_path(spec), "--host", spec.host, "--port", str(spec.port), "--alias", spec.served_name,
         "-np", str(spec.slots), "-c", str(length * spec.slots), "--metrics",
     ]
+    if spec.cpus:
+        argv += ["-t", str(len(spec.cpus))]  # one thread per core it was given
     if spec.device == "cuda":
         argv += ["-ngl", "999"]
         if len(spec.gpus) > 1:

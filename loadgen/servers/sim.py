@@ -24,6 +24,7 @@ import random
 import socket
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ import orjson
 from prometheus_client.metrics_core import CounterMetricFamily, Metric, SummaryMetricFamily
 
 from loadgen.scenario.schema import FAULTS
-from loadgen.servers.openai.app import OpenAIApp, counter, gauge
+from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
 from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
 from loadgen.servers.openai.protocol import (
     StreamOptions,
@@ -45,8 +46,6 @@ from loadgen.servers.openai.protocol import (
 )
 from loadgen.workload.words import WORDS
 
-CHAT_TOKENS_PER_MESSAGE = 5
-CHAT_TOKENS_GENERATION_PROMPT = 3
 # at or below this many running requests, the last SPIN_S before a deadline is spent yielding
 SPIN_BELOW_RUNNING = 2
 SPIN_S = 0.0015
@@ -101,25 +100,61 @@ class SimStats:
     faults: dict[str, int] = field(default_factory=dict)
 
 
-def count_prompt_tokens(body: dict[str, Any], chat: bool) -> int:
-    """The simulator's tokenizer: ids count one each, words one each, plus the chat template."""
+def tokenize_prompt(body: dict[str, Any], chat: bool) -> list[str | int]:
+    """The simulator's tokenizer: ids are one token each, words one each, and a chat message
+    adds its template's tokens (the same in every request, as a real template's are)."""
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ValueError("'messages' must be a non-empty list")
-        words = 0
+        tokens: list[str | int] = []
         for m in messages:
             content = m.get("content") if isinstance(m, dict) else None
             if not isinstance(content, str):
                 raise ValueError("each message needs a string 'content'")
-            words += len(content.split())
-        return words + CHAT_TOKENS_PER_MESSAGE * len(messages) + CHAT_TOKENS_GENERATION_PROMPT
+            role = str(m.get("role", "user"))
+            tokens += ["<|im_start|>", role, "\n", *content.split(), "<|im_end|>", "\n"]
+        return [*tokens, "<|im_start|>", "assistant", "\n"]
     prompt = body.get("prompt")
     if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt) and prompt:
-        return len(prompt)
+        return list(prompt)
     if isinstance(prompt, str):
-        return len(prompt.split())
+        return list(prompt.split())
     raise ValueError("'prompt' must be a string or a non-empty list of token ids")
+
+
+class PrefixCache:
+    """A prefix cache as vLLM keeps one: prompts in blocks of ``BLOCK`` tokens, each block known
+    by the hash of its tokens and of every block before it; a request's full blocks already
+    cached are hits. Counted in tokens, as vLLM's ``prefix_cache_queries`` / ``_hits``."""
+
+    BLOCK = 16
+    CAPACITY = 1 << 16  # blocks kept, least recently used dropped first
+
+    def __init__(self) -> None:
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+        self.queries = 0
+        self.hits = 0
+
+    def lookup(self, tokens: list[str | int]) -> int:
+        """Record a prompt: returns how many of its tokens were cached, and caches its blocks."""
+        self.queries += len(tokens)
+        h, hit, missed = 0, 0, False
+        for start in range(0, len(tokens) - self.BLOCK + 1, self.BLOCK):
+            h = hash((h, tuple(tokens[start:start + self.BLOCK])))
+            if not missed and h in self.blocks:
+                hit += self.BLOCK
+                self.blocks.move_to_end(h)
+                continue
+            missed = True
+            self.blocks[h] = None
+            if len(self.blocks) > self.CAPACITY:
+                self.blocks.popitem(last=False)
+        self.hits += hit
+        return hit
+
+    def reset(self) -> None:
+        self.blocks.clear()
 
 
 class SimApp(OpenAIApp):
@@ -129,6 +164,7 @@ class SimApp(OpenAIApp):
         super().__init__(config.model, config.max_model_len)
         self.config = config
         self.stats = SimStats()
+        self.cache = PrefixCache()
         self._created = self.created
         self._lead_s = 0.0  # running estimate of how late a sleep wakes up
         self._fault_rng = random.Random(config.faults.seed)
@@ -158,6 +194,14 @@ class SimApp(OpenAIApp):
         while time.perf_counter() < deadline:  # noqa: ASYNC110 - a deliberate sub-ms spin
             await asyncio.sleep(0)
 
+    def routes(self) -> dict[tuple[str, str], Route]:
+        return {("POST", "/reset_prefix_cache"): self._reset_cache}
+
+    async def _reset_cache(self, receive: Any, send: Any) -> None:
+        await read_body(receive)
+        self.cache.reset()
+        await respond(send, 200, b'{"success":true}')
+
     async def complete(self, scope: ASGIScope, receive: Any, send: Any, *, chat: bool) -> None:
         arrival = time.perf_counter()
         key = self.config.api_key
@@ -181,6 +225,8 @@ class SimApp(OpenAIApp):
         yield gauge("loadgen_sim_chunk_lateness_seconds_max", "latest chunk", s.chunk_lateness_max_s)
         yield gauge("loadgen_sim_chunk_lateness_seconds_min", "earliest chunk (never below 0)", s.chunk_lateness_min_s)
         yield gauge("loadgen_sim_wake_lead_seconds", "how early the simulator wakes before a deadline", self._lead_s)
+        yield counter("loadgen_sim_prefix_cache_queries", "prompt tokens looked up in the cache", self.cache.queries)
+        yield counter("loadgen_sim_prefix_cache_hits", "prompt tokens found in the prefix cache", self.cache.hits)
         faults = CounterMetricFamily("loadgen_sim_faults", "faults injected, by kind", labels=["kind"])
         for kind, _ in self.config.faults.rates:
             faults.add_metric([kind], s.faults.get(kind, 0))
@@ -216,14 +262,16 @@ class SimApp(OpenAIApp):
             return
         try:
             body = request_body(raw)
-            prompt_tokens = count_prompt_tokens(body, chat)
+            tokens = tokenize_prompt(body, chat)
             max_tokens = max_tokens_of(body)
         except (ValueError, TypeError) as exc:
             await respond(send, 400, error(str(exc)))
             return
-        if prompt_tokens + max_tokens > self.config.max_model_len:
+        if len(tokens) + max_tokens > self.config.max_model_len:
             await respond(send, 400, error("prompt + max_tokens exceeds max_model_len"))
             return
+        prompt_tokens = len(tokens)
+        self.cache.lookup(tokens)  # counted only: cached tokens do not shorten the simulated TTFT
         self.stats.requests_running += 1
         self.stats.prompt_tokens_total += prompt_tokens
         try:

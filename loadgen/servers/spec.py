@@ -38,6 +38,7 @@ class EngineSpec:
     slots: int = 16  # llama.cpp parallel slots (>= the concurrency it will see)
     extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = 1800.0
+    cpus: tuple[int, ...] = ()  # a CPU engine's cores, apart from the client's (empty: any)
 
     @property
     def dtype(self) -> str:
@@ -89,6 +90,7 @@ def build_spec(
     attn: str = "sdpa",
     slots: int = 16,
     extra_args: tuple[str, ...] = (),
+    cpus: tuple[int, ...] = (),
 ) -> EngineSpec:
     """Resolve and cross-check everything ``loadgen serve`` was told."""
     if backend not in ENGINES:
@@ -137,6 +139,7 @@ def build_spec(
         tp=tp, pp=pp, setting=preset, rope=rope_scaling(ref.entry, preset.max_model_len),
         kv_cache_dtype=kv_cache_dtype, load_format=load_format, attn=attn, slots=slots,
         extra_args=extra_args, ready_timeout_s=600.0 if dev == "cpu" else 1800.0,
+        cpus=cpus if dev == "cpu" else (),
     )
 
 

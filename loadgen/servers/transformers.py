@@ -24,4 +24,5 @@ def transformers_command(spec: EngineSpec) -> LaunchSpec:
     ]
     if spec.dtype != "auto":
         argv += ["--dtype", spec.dtype]
-    return LaunchSpec((*argv, *spec.extra_args), spec.host, spec.port, spec.env, spec.ready_timeout_s, "transformers")
+    env = spec.env | ({"OMP_NUM_THREADS": str(len(spec.cpus))} if spec.cpus else {})  # torch's threads
+    return LaunchSpec((*argv, *spec.extra_args), spec.host, spec.port, env, spec.ready_timeout_s, "transformers")

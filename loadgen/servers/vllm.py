@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.servers.cpus import cores_text
 from loadgen.servers.launch import LaunchSpec
 from loadgen.servers.spec import EngineSpec
 from loadgen.servers.tiny import cache_root
@@ -85,6 +86,8 @@ def vllm_command(spec: EngineSpec) -> LaunchSpec:
         ]
         argv = vllm_like(spec, head, VLLM_CPU_FLAGS)
         env = spec.env | {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)}
+        if spec.cpus:  # its OpenMP threads on the engine's cores, one per core
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cores_text(spec.cpus)
         return LaunchSpec(tuple(argv), spec.host, spec.port, env, spec.ready_timeout_s, "vllm")
     head = [
         "vllm", "serve", spec.model.checkpoint, "--host", spec.host, "--port", str(spec.port), *name_args,
