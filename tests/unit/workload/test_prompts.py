@@ -1,0 +1,136 @@
+"""Prompts: exact lengths, reproducible from the seed, and no two requests of a run alike."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import orjson
+import pytest
+
+from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.matrix import expand_cells
+from loadgen.scenario.schema import Workload
+from loadgen.workload.payload import Prompt
+from loadgen.workload.prompts import (
+    PromptMaker,
+    Stream,
+    TextCalibration,
+    calibration_probes,
+    key_digits,
+    prepare_requests,
+    request_key,
+)
+from loadgen.workload.words import WORDS
+
+BLOCK = 16  # a prefix cache's block: vLLM's default
+
+
+def test_key_spelling_is_fixed_width_and_one_to_one() -> None:
+    assert key_digits(0, 10) == [0] * 13  # 42 bits need 13 decimal digits
+    assert key_digits(request_key(1, Stream.WARMUP, 5), 145) == key_digits((1 << 32) | (1 << 30) | 5, 145)
+    spelled = {tuple(key_digits(request_key(c, s, i), len(WORDS))) for c in range(3) for s in Stream for i in range(300)}
+    assert len(spelled) == 3 * len(Stream) * 300
+    with pytest.raises(ValueError, match="out of range"):
+        request_key(1024, Stream.MEASURED, 0)
+
+
+def test_token_id_prompts_are_exact_and_reproducible() -> None:
+    w = Workload(num_prompts=5, token_id_range=(100, 200), prompt="token-ids")
+    make = PromptMaker(w, "completions", seed=3)
+    a = [make.prompt(37, 0, Stream.MEASURED, i) for i in range(5)]
+    assert all(p.token_ids is not None and len(p.token_ids) == 37 for p in a)
+    assert all(100 <= t < 200 for p in a for t in p.token_ids or ())
+    assert a == [PromptMaker(w, "completions", seed=3).prompt(37, 0, Stream.MEASURED, i) for i in range(5)]
+    other = [PromptMaker(w, "completions", seed=4).prompt(37, 0, Stream.MEASURED, i) for i in range(5)]
+    # another seed: the same key spelling up front, different content after it
+    assert all(x.token_ids[:7] == y.token_ids[:7] and x.token_ids != y.token_ids  # type: ignore[index]
+               for x, y in zip(a, other, strict=True))
+
+
+def test_text_is_the_default_and_follows_the_calibration() -> None:
+    w = Workload(num_prompts=2)
+    assert w.prompt == "text"
+    assert Workload.model_validate({"prompt": "random-tokens"}).prompt == "token-ids"  # the former name
+    make = PromptMaker(w, "completions", seed=0, calibration=TextCalibration(overhead=8, per_word=1))
+    p = make.prompt(100, 0, Stream.MEASURED, 0)
+    assert p.token_ids is None
+    assert p.text is not None
+    assert len(p.text.split()) == 92
+    assert set(p.text.split()) <= set(WORDS)
+    # token-ids on the chat API still sends text: chat messages carry text
+    chat = PromptMaker(Workload(prompt="token-ids"), "chat", seed=0).prompt(20, 0, Stream.MEASURED, 0)
+    assert chat.text is not None
+
+
+def first_block(body: bytes) -> tuple[object, ...]:
+    data = orjson.loads(body)
+    if "messages" in data:
+        return tuple(data["messages"][0]["content"].split()[:BLOCK])
+    prompt = data["prompt"]
+    return tuple(prompt[:BLOCK]) if isinstance(prompt, list) else tuple(prompt.split()[:BLOCK])
+
+
+@pytest.mark.parametrize(("api", "kind"), [("completions", "text"), ("completions", "token-ids"), ("chat", "text")])
+def test_no_two_requests_of_a_run_share_their_first_cache_block(api: str, kind: str) -> None:
+    """Calibration probes, warmups and measured requests of every cell, their duration-run
+    continuation past num_prompts, and what a worker process makes from the pickled pool."""
+    sc = parse_scenario({
+        "target": {"api": api},
+        "workload": {"num_prompts": 40, "input_tokens": [64, 128], "prompt": kind},
+        "load": {"concurrency": [1, 4], "warmup_requests": 3},
+    })
+    cells = expand_cells(sc)
+    assert len(cells) == 4
+    seed = 12345
+    bodies = [body for _, body in calibration_probes(sc, "m", seed, cells[0].index)]
+    for cell in cells:
+        warm = prepare_requests(sc, cell, "m", TextCalibration(), seed, Stream.WARMUP, count=3)
+        pool = prepare_requests(sc, cell, "m", TextCalibration(), seed)
+        assert len(pool) == 40
+        bodies += [warm[i].body for i in range(3)]
+        bodies += [pool[i].body for i in range(80)]  # a duration run asks for more than num_prompts
+        worker_copy = pickle.loads(pickle.dumps(pool))
+        assert worker_copy[55].body == pool[55].body  # a worker makes the very same request 55
+        assert all(warm[i].warmup for i in range(3))
+    blocks = [first_block(b) for b in bodies]
+    assert len(bodies) == 2 + 4 * (3 + 80)
+    assert len(set(blocks)) == len(blocks)
+
+
+def test_the_same_seed_gives_the_same_prompts_and_lengths_stay_exact() -> None:
+    sc = parse_scenario({"workload": {"num_prompts": 5, "input_tokens": 64, "prompt": "token-ids"}})
+    (cell,) = expand_cells(sc)
+    a = prepare_requests(sc, cell, "m", TextCalibration(), 7)
+    b = prepare_requests(sc, cell, "m", TextCalibration(), 7)
+    c = prepare_requests(sc, cell, "m", TextCalibration(), 8)
+    assert [a[i].body for i in range(5)] == [b[i].body for i in range(5)]
+    assert all(a[i].body != c[i].body for i in range(5))
+    assert all(len(orjson.loads(a[i].body)["prompt"]) == 64 == a[i].input_tokens for i in range(5))
+
+
+def test_prompt_file_lines_are_used_in_turn(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(o) for o in ({"prompt": "hello there"}, {"prompt_token_ids": [1, 2]})))
+    sc = parse_scenario({"workload": {"num_prompts": 4, "prompt": {"file": str(path)}}})
+    (cell,) = expand_cells(sc)
+    pool = prepare_requests(sc, cell, "m", TextCalibration(), 0)
+    prompts = [orjson.loads(pool[i].body)["prompt"] for i in range(5)]
+    assert prompts == ["hello there", [1, 2], "hello there", [1, 2], "hello there"]
+    assert pool[0].input_tokens is None
+    chat = tmp_path / "c.jsonl"
+    chat.write_bytes(orjson.dumps({"messages": [{"role": "user", "content": "x"}]}))
+    sc = parse_scenario({"target": {"api": "chat"}, "workload": {"num_prompts": 2, "prompt": {"file": str(chat)}}})
+    (cell,) = expand_cells(sc)
+    assert orjson.loads(prepare_requests(sc, cell, "m", TextCalibration(), 0)[1].body)["messages"][0]["content"] == "x"
+
+
+def test_malformed_token_ids_in_a_prompt_file_are_refused(tmp_path: Path) -> None:
+    from loadgen.errors import ScenarioError
+    from loadgen.workload.prompts import read_prompt_file
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt_token_ids": [1, "two"]}\n')
+    with pytest.raises(ScenarioError, match=r"p.jsonl:1: prompt_token_ids must be a non-empty list of token ids"):
+        read_prompt_file(path, 10)
+    assert isinstance(Prompt(None, text="x"), Prompt)
