@@ -52,13 +52,17 @@ class AbortRule:
             self.stop.set()
 
 
-async def calibrate(client: StreamingClient, scenario: Scenario, model: str, seed: int, cell: int) -> TextCalibration:
-    """Two probes (16 and 48 words) give the template overhead and tokens per word."""
-    seen: list[RequestRecord] = []
+async def calibrate(
+    client: StreamingClient, scenario: Scenario, model: str, seed: int, cell: int,
+    emit: Callable[[RequestRecord], None],
+) -> TextCalibration:
+    """Two probes (16 and 48 words) give the template overhead and tokens per word; they are
+    recorded like warmups (request ids -1 and -2 of ``cell``), so every request sent is on record."""
     points = []
-    for words, body in calibration_probes(scenario, model, seed, cell):
-        req = PreparedRequest(-1, body, None, 1, warmup=True)
-        await client.send(req, -1, time.perf_counter_ns(), seen.append)
+    for n, (words, body) in enumerate(calibration_probes(scenario, model, seed, cell), 1):
+        seen: list[RequestRecord] = []
+        await client.send(PreparedRequest(cell, body, None, 1, warmup=True), -n, time.perf_counter_ns(), seen.append)
+        emit(seen[-1])
         points.append((words, seen[-1].prompt_tokens))
     return calibration_from(points)
 

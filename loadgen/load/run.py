@@ -340,7 +340,7 @@ class _Run:
                 self.out.write_provenance(self.provenance)
                 calibration = TextCalibration()
                 if needs_calibration(point):
-                    calibration = await calibrate(client, point, model, self.seed, todo[0].index)
+                    calibration = await calibrate(client, point, model, self.seed, todo[0].index, self.writer.write)
                     self.provenance["text_calibration"] = {
                         "overhead": calibration.overhead, "per_word": calibration.per_word,
                     }

@@ -1,4 +1,4 @@
-"""The engine runs any slice of a schedule: what worker processes will each be given."""
+"""The dispatcher runs any slice of a schedule: what worker processes will each be given."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def test_slices_of_a_schedule_add_up_to_the_whole(start_sim: StartSim) -> None:
     base_url = start_sim(ttft_ms=5, itl_ms=1)
     body = encode_payload(build_payload("completions", "loadgen-sim", Prompt(4, token_ids=(1, 2, 3, 4)), 3,
                                         sampling=Sampling()))
-    pool = [PreparedRequest(0, body, 4, 3)]
+    pool = [PreparedRequest(0, body, 4, 3)] * 10  # request i of the schedule is pool[i]
 
     async def run_slices() -> list[list[RequestRecord]]:
         target = Target(base_url=base_url)

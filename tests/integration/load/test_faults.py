@@ -33,7 +33,8 @@ def run(base_url: str, tmp_path: Path, **target: Any) -> dict[str, Any]:
     sc = parse_scenario({
         "name": "faults",
         "target": {"base_url": base_url, "timeouts": {"between_tokens_s": 0.5}, **target},
-        "workload": {"num_prompts": PROMPTS, "input_tokens": 32, "output_tokens": OUTPUT},
+        # token ids: no calibration probes to draw faults meant for the measured requests
+        "workload": {"num_prompts": PROMPTS, "input_tokens": 32, "output_tokens": OUTPUT, "prompt": "token-ids"},
         "load": {"concurrency": 4, "warmup_requests": 0},
     })
     result = execute(sc, tmp_path / "run")
@@ -189,7 +190,7 @@ def test_first_token_and_total_timeouts(
     })
     metrics = execute(sc, tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
     assert metrics["failures_by_class"] == {"timeout": 8}
-    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    records = [r for r in read_records(tmp_path / "run" / "records.jsonl") if not r.warmup]  # calibration probes aside
     assert {r.error_detail for r in records} == {detail}
     if tokens == 0:
         assert all(r.chunk_tokens_total == 0 for r in records)

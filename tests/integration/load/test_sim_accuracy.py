@@ -56,16 +56,22 @@ def test_figures_match_the_configured_truth(
     implied_qps = concurrency / (TTFT_S + (output - 1) * ITL_S)
     assert m["request_throughput"] == pytest.approx(implied_qps, rel=0.05)
 
-    # the simulator's own count: every request, warmups and pool warm-up aside, reached it
+    # the simulator's own count: every request reached it, with the 2 calibration probes of the
+    # text prompts and the 2 warmups (the connections' GET /models are not completions)
     sim = sim_metrics(base_url)
-    assert sim["loadgen_sim_requests_completed_total"] == prompts + 2
+    assert sim["loadgen_sim_requests_completed_total"] == prompts + 4
+    # and no request was answered from a cache another request of ours filled
+    assert sim["loadgen_sim_prefix_cache_queries_total"] > 0
+    assert sim["loadgen_sim_prefix_cache_hits_total"] == 0
+    assert result.summary.cells[0].server_prefix_cache_hit_rate == 0.0
     # and the instrument kept its schedule: chunks left on average within 0.5 ms of their deadline
     lateness = sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"]
     assert lateness < 0.0005
     assert sim["loadgen_sim_chunk_lateness_seconds_min"] >= 0  # and never sent one early
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
-    assert len(records) == prompts + 2
-    assert sum(r.warmup for r in records) == 2
+    assert len(records) == prompts + 4
+    assert sum(r.warmup for r in records) == 4
+    assert sorted(r.request_id for r in records if r.request_id < 0) == [-2, -1]  # the probes
 
 
 def test_open_loop_constant_rate_sends_on_schedule(start_sim: StartSim, tmp_path: Path) -> None:
@@ -74,7 +80,7 @@ def test_open_loop_constant_rate_sends_on_schedule(start_sim: StartSim, tmp_path
     data["load"] = {"concurrency": 64, "rate": 20, "arrival": "constant", "warmup_requests": 0}
     result = execute(parse_scenario(data), tmp_path / "run")
     m = result.summary.to_dict()["cells"][0]["metrics"]
-    records = sorted(read_records(tmp_path / "run" / "records.jsonl"), key=lambda r: r.request_id)
+    records = sorted((r for r in read_records(tmp_path / "run" / "records.jsonl") if not r.warmup), key=lambda r: r.request_id)
     starts = [r.scheduled_at - records[0].scheduled_at for r in records]
     assert starts == pytest.approx([i / 20 for i in range(40)], abs=1e-6)
     # 40 requests, 1/20 s apart, each 20 ms + 7 * 5 ms long: window 39/20 + 0.055 s
@@ -143,5 +149,5 @@ def test_first_token_timeout_is_recorded_not_raised(start_sim: StartSim, tmp_pat
     m = execute(parse_scenario(data), tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
     assert m["failures_by_class"] == {"timeout": 4}
     assert m["completed"] == 0
-    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    records = [r for r in read_records(tmp_path / "run" / "records.jsonl") if not r.warmup]  # calibration probes aside
     assert [r.error_detail for r in records] == ["first token"] * 4
