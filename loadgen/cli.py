@@ -69,7 +69,10 @@ def handles_errors(fn: F) -> F:
 
 def print_summary(summary: Summary) -> None:
     for item in console_tables(summary):
-        out().print(item, highlight=False)
+        if isinstance(item, str):
+            _print_text(item)  # a line of figures is never wrapped: it may go to a file or a pipe
+        else:
+            out().print(item, highlight=False)
 
 
 @app.command()

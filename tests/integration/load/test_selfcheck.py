@@ -1,16 +1,21 @@
-"""The self-check flags a client that cannot keep up, and only then."""
+"""The self-check flags a client that cannot keep up, names why, and only then."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
+from loadgen.results.records import read_records
 from tests.conftest import StartSim
 from tests.integration.load.test_workers import run, scenario
 
 
-def test_a_starved_client_is_reported_client_bound(start_sim: StartSim, tmp_path: Path) -> None:
+def test_a_saturated_client_is_reported_client_bound(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=20, itl_ms=5)
     body = scenario(base_url, 1)
     body["workload"]["output_tokens"] = 64
@@ -18,6 +23,7 @@ def test_a_starved_client_is_reported_client_bound(start_sim: StartSim, tmp_path
     run_dir, stderr = run(tmp_path, "starved", body, env={"LOADGEN_TEST_CHUNK_DELAY_MS": "3"})
     client = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]["client"]
     assert client["client_bound"] is True
+    assert client["verdict"] == "saturated"
     assert client["loop_lag_ms"]["p99"] > 5
     assert client["cpu_share_max"] > 0.9
     assert any(r.startswith("event-loop lag p99") for r in client["reasons"])
@@ -34,5 +40,54 @@ def test_a_light_run_is_not_flagged(start_sim: StartSim, tmp_path: Path) -> None
     run_dir, stderr = run(tmp_path, "light", body)
     client = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]["client"]
     assert client["client_bound"] is False, client["reasons"]
+    assert client["verdict"] == "ok"
     assert client["reads"] >= 6 * 24  # at least one read per token chunk
     assert "client-bound" not in stderr
+
+
+def test_a_client_sharing_its_core_with_a_busy_process_is_starved_and_names_it(
+    start_sim: StartSim, tmp_path: Path
+) -> None:
+    """A process spinning on the client's core: the loop lags while the client itself idles."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores: the simulator on one, the client and the busy process on the other")
+    client_core = cores[-1]
+    base_url = start_sim(ttft_ms=20, itl_ms=5)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {client_core})
+        body = scenario(base_url, 1, concurrency=2, client_cpus=[client_core])
+        body["workload"].update(num_prompts=30, output_tokens=64)
+        # the client at a lower priority than the busy process, as an engine's spinning threads
+        # outrank a client that sleeps between chunks
+        run_dir, stderr = run(tmp_path, "hogged", body, prefix=["nice", "-n", "15"])
+    finally:
+        hog.kill()
+        hog.wait()
+    client = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]["client"]
+    assert client["verdict"] == "starved", client
+    assert client["cpu_share_max"] < 0.5
+    assert hog.pid in [h["pid"] for h in client["hogs"]]
+    assert f"pid {hog.pid}" in client["advice"]
+    assert "load.workers" not in client["advice"]  # more workers would not help
+    assert "was client-starved" in stderr
+
+
+def test_waiting_for_a_concurrency_slot_is_not_send_lag(start_sim: StartSim, tmp_path: Path) -> None:
+    """40 requests/s offered to one slot that serves ~18/s: they queue for the slot, and that
+    wait is reported as slot wait; the client itself sends each as soon as its slot is free."""
+    base_url = start_sim(ttft_ms=20, itl_ms=5)
+    body = scenario(base_url, 1, concurrency=1, rate=40, arrival="constant", warmup_requests=0)
+    body["workload"].update(num_prompts=12, output_tokens=8)  # 20 + 7 x 5 = 55 ms each
+    run_dir, stderr = run(tmp_path, "slots", body)
+    cell = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]
+    m = cell["metrics"]
+    # request i waits for the i requests before it, 55 ms each, minus its own 25 ms offset
+    assert m["slot_wait_s"]["max"] > 0.3
+    assert m["send_lag_s"]["p99"] < 0.005
+    assert cell["client"]["send_lag_ms"]["p99"] < 5
+    assert cell["client"]["client_bound"] is False
+    records = [r for r in read_records(run_dir / "records.jsonl") if not r.warmup]
+    last = max(records, key=lambda r: r.request_id)
+    assert last.slot_wait_s == pytest.approx(11 * 0.055 - 11 * 0.025, abs=0.03)

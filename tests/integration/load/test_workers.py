@@ -21,11 +21,13 @@ from loadgen.results.rundir import rebuild_summary
 from tests.conftest import StartSim
 
 
-def run(tmp_path: Path, name: str, body: dict[str, Any], env: dict[str, str] | None = None) -> tuple[Path, str]:
+def run(
+    tmp_path: Path, name: str, body: dict[str, Any], env: dict[str, str] | None = None, prefix: list[str] | None = None,
+) -> tuple[Path, str]:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, **body}))
     run_dir = tmp_path / name
-    proc = subprocess.run([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(run_dir)],
+    proc = subprocess.run([*(prefix or []), sys.executable, "-m", "loadgen", "run", str(path), "--out", str(run_dir)],
                           capture_output=True, text=True, timeout=180, check=False, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir, proc.stderr
