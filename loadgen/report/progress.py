@@ -34,7 +34,7 @@ class ProgressObserver:
         self.recent: deque[tuple[float, int]] = deque()
 
     def message(self, text: str) -> None:
-        self.console.print(text, style="dim", highlight=False)
+        self.console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
 
     def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:
         if self.task is None:

@@ -177,6 +177,42 @@ def vllm_counters(base_url: str) -> tuple[float, float]:
     )
 
 
+def prefix_cache_counters(base_url: str) -> tuple[float, float]:
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    return tuple(  # type: ignore[return-value]
+        sum(s.value for s in families[name].samples if s.name.endswith("_total"))
+        for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+    )
+
+
+def prefix_cache_witness(base_url: str, tmp_path: Path) -> None:
+    """vLLM's own prefix-cache counters: two runs of c=1 and c=4 cells (512 tokens in, 16 out)
+    were served from no cache; the same seed given twice was, and the second run says so."""
+    path = scenario(tmp_path, """
+workload: {num_prompts: 8, input_tokens: 512, output_tokens: 16}
+load: {concurrency: [1, 4], warmup_requests: 1}
+""")
+    before = prefix_cache_counters(base_url)
+    for n in range(2):
+        proc = loadgen("run", str(path), "--base-url", base_url, "--out", str(tmp_path / f"fresh{n}"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        cells = orjson.loads((tmp_path / f"fresh{n}" / "summary.json").read_bytes())["cells"]
+        assert [c["server_prefix_cache_hit_rate"] is not None for c in cells] == [True, True]
+        assert all(c["server_prefix_cache_hit_rate"] <= 0.03 for c in cells), cells
+    after = prefix_cache_counters(base_url)
+    queries, hits = after[0] - before[0], after[1] - before[1]
+    assert queries >= 2 * 2 * 9 * 512  # 2 runs x 2 cells x (8 requests + 1 warmup) of 512 tokens
+    assert hits / queries <= 0.03
+    for n in range(2):
+        proc = loadgen("run", str(path), "--base-url", base_url, "--set", "seed=5", "--out", str(tmp_path / f"seeded{n}"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = orjson.loads((tmp_path / "seeded1" / "summary.json").read_bytes())["cells"]
+    assert all(c["server_prefix_cache_hit_rate"] > 0.5 for c in cells), cells
+    assert all("from its prefix cache" in c["warnings"][0] for c in cells)
+    assert "warning: cell 1/2: the server answered" in proc.stderr
+
+
 def locust_against_the_engine(base_url: str, path: Path, tmp_path: Path) -> None:
     """Locust's LLM user on the real engine: its counts equal vLLM's own token counters."""
     before = vllm_counters(base_url)
@@ -192,7 +228,8 @@ def locust_against_the_engine(base_url: str, path: Path, tmp_path: Path) -> None
     n = int(e2e["Request Count"])
     assert n > 0
     assert int(e2e["Failure Count"]) == 0
-    assert (after[0] - before[0], after[1] - before[1]) == (n * 64, n * 32)
+    # and the two calibration probes of the text prompts: 16 and 48 words, one token each, 1 token out
+    assert (after[0] - before[0], after[1] - before[1]) == (n * 64 + 16 + 48, n * 32 + 2)
     records = list(read_records(tmp_path / "locust-run" / "records.jsonl"))
     assert len(records) == n
     assert {(r.prompt_tokens, r.output_tokens) for r in records} == {(64, 32)}
@@ -217,7 +254,12 @@ load: {concurrency: [1, 4], warmup_requests: 1}
         proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(run_dir))
         assert proc.returncode == 0, proc.stderr
         assert_exact_usage(run_dir, 64, 32, 16)
+        provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
+        assert provenance["cpus"]["engine"]
+        assert provenance["cpus"]["client"]
+        assert not set(provenance["cpus"]["engine"]) & set(provenance["cpus"]["client"])
         locust_against_the_engine(f"http://127.0.0.1:{port}/v1", path, tmp_path)
+        prefix_cache_witness(f"http://127.0.0.1:{port}/v1", tmp_path)
     finally:
         serve.send_signal(signal.SIGINT)
         _, stderr = serve.communicate(timeout=60)

@@ -54,3 +54,27 @@ def test_gpu_summary_peaks_per_gpu_and_in_total() -> None:
     assert s["peak_gib_per_gpu"] == {"0": 2.0, "1": 3.0}
     assert s["peak_gib_total"] == 4.0  # the peak of the sum, not the sum of the peaks
     assert summarize_gpu([], reason="the engine runs on CPU") == {"available": False, "reason": "the engine runs on CPU"}
+
+
+def test_reading_only_known_families_agrees_with_prometheus_own_parser() -> None:
+    """A real page of vLLM 0.32 (CPU build, after 36 requests): the fast reader loadgen runs on
+    its event loop gives what prometheus_client's parser gives for every family it reports."""
+    from pathlib import Path
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = (Path(__file__).resolve().parents[2] / "data" / "vllm-0.32-metrics.txt").read_text()
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.endswith("_bucket"):
+                samples[s.name] = samples.get(s.name, 0.0) + s.value
+    got = parse_metrics(text)
+    assert got["counters"]["prefix_cache_queries"] == samples["vllm:prefix_cache_queries_total"] == 18496
+    assert got["counters"]["prefix_cache_hits"] == samples["vllm:prefix_cache_hits_total"] == 0
+    assert got["counters"]["prompt_tokens"] == samples["vllm:prompt_tokens_total"]
+    assert got["gauges"]["kv_cache_usage"] == samples["vllm:kv_cache_usage_perc"]
+    ttft = got["histograms"]["ttft_s"]
+    assert ttft["count"] == samples["vllm:time_to_first_token_seconds_count"] == 38
+    assert ttft["sum"] == samples["vllm:time_to_first_token_seconds_sum"]
+    assert ttft["buckets"][-1] == (float("inf"), 38.0)
