@@ -291,13 +291,16 @@ def _long_quickstart(run_dir: Path) -> tuple[subprocess.Popen[str], Path]:
     proc = popen("run", "scenarios/quickstart.yaml", "--out", str(run_dir), "--set", "workload.num_prompts=400",
                  "--set", "load.concurrency=2")
     records = run_dir / "records.jsonl"
-    _wait_for_records(proc, records, 3000)
+    _wait_for_measured(proc, records, 3)
     return proc, records
 
 
-def _wait_for_records(proc: subprocess.Popen[str], records: Path, size: int, timeout: float = 400) -> None:
+def _wait_for_measured(proc: subprocess.Popen[str], records: Path, count: int, timeout: float = 400) -> None:
+    """Until ``count`` measured requests are on record (calibration probes and warmups come first)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < size):
+    while time.monotonic() < deadline:
+        if records.exists() and records.read_bytes().count(b'"warmup":false') >= count:
+            break
         if proc.poll() is not None:
             break
         time.sleep(0.2)
@@ -336,7 +339,7 @@ load: {concurrency: 2, warmup_requests: 1}
     run_dir = tmp_path / "run"
     proc = popen("run", str(path), "--out", str(run_dir))
     records = run_dir / "records.jsonl"
-    _wait_for_records(proc, records, 3000, timeout=120)
+    _wait_for_measured(proc, records, 3, timeout=120)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
