@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # loadgen serve qwen2-7b --backend transformers --gpus 0
-# loadgen's transformers engine serving Qwen/Qwen2-7B-Instruct (bf16) on GPU 0; setting default: max_model_len 32768
+# HF Transformers (loadgen's transformers engine) serving Qwen/Qwen2-7B-Instruct (bf16) on GPU 0; setting default: max_model_len 32768
 # Serves an OpenAI-compatible API at http://127.0.0.1:8000/v1; extra arguments go to the engine.
 set -euo pipefail
 export CUDA_DEVICE_ORDER=PCI_BUS_ID

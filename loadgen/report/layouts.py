@@ -14,16 +14,15 @@ from typing import Any
 from loadgen.report.tables import Table
 from loadgen.results.summary import CellSummary, Distribution, Summary
 from loadgen.servers.catalogue import load_catalogue, resolve_setting
+from loadgen.servers.spec import ENGINE_LABELS as ENGINES_AS_WRITTEN
 
 QUANT_LABELS: dict[str, str] = {
     "bf16": "BF16", "fp16": "FP16", "fp32": "FP32", "gptq-int8": "GPTQ-Int8", "gptq-int4": "GPTQ-Int4",
     "awq": "AWQ", "fp8": "FP8", "auto": "Auto",
 }
-ENGINE_LABELS: dict[str, str] = {
-    "transformers": "Transformer", "vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llamacpp": "llama.cpp",
-    "sim": "loadgen sim",
-}
-SOFTWARE_LABELS: dict[str, str] = {**ENGINE_LABELS, "transformers": "HF Transformers"}
+# the cross-engine comparison's Software column, and the speed tables' engine word
+SOFTWARE_LABELS: dict[str, str] = {**ENGINES_AS_WRITTEN, "sim": "loadgen sim"}
+ENGINE_LABELS: dict[str, str] = {**SOFTWARE_LABELS, "transformers": "Transformer"}
 PREALLOCATING = ("vllm", "sglang", "tgi")
 GIB = float(1 << 30)
 

@@ -143,9 +143,9 @@ def build_spec(
     )
 
 
-ENGINE_NAMES: dict[str, str] = {
-    "vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "transformers": "loadgen's transformers engine",
-    "llamacpp": "llama.cpp",
+# each engine's name as people write it (the published tables call HF Transformers "Transformer")
+ENGINE_LABELS: dict[str, str] = {
+    "vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "transformers": "HF Transformers", "llamacpp": "llama.cpp",
 }
 
 
@@ -156,9 +156,12 @@ def describe_spec(spec: EngineSpec) -> str:
     parallel += f", pipeline parallel {spec.pp}" if spec.pp > 1 else ""
     s = spec.setting
     quant = "as the GGUF file says" if spec.model.checkpoint.endswith(".gguf") else spec.model.quant
+    engine = ENGINE_LABELS[spec.backend]
+    if spec.backend == "transformers":
+        engine += " (loadgen's transformers engine)"
     preallocates = spec.device == "cuda" and spec.backend in ("vllm", "sglang", "tgi")
     return (
-        f"{ENGINE_NAMES[spec.backend]} serving {spec.model.checkpoint} ({quant}) on {where}{parallel}; "
+        f"{engine} serving {spec.model.checkpoint} ({quant}) on {where}{parallel}; "
         f"setting {s.name}: max_model_len {s.max_model_len}"
         + (f", gpu_memory_utilization {s.gpu_memory_utilization:g}" if preallocates else "")
         + (", eager" if s.enforce_eager and spec.backend in ("vllm", "sglang") else "")

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.results.records import read_records
+from loadgen.servers.cpus import cores_text
 from tests.conftest import live_group_members
 
 ROOT = Path(__file__).parents[2]
@@ -349,3 +350,26 @@ load: {concurrency: 2, warmup_requests: 1}
     assert any(r.ok for r in recs)
     assert all(r.ok or r.error == "cancelled" for r in recs)
     engine_gone(orjson.loads((run_dir / "provenance.json").read_bytes()))
+
+
+@pytest.mark.usefixtures("vllm_cpu")
+def test_quick_start_as_the_readme_runs_it(tmp_path: Path) -> None:
+    """`loadgen run scenarios/quickstart.yaml` on this machine: vLLM and the client on cores of
+    their own, no client verdict on an idle machine, no prompt served from the cache."""
+    run_dir = tmp_path / "qs"
+    proc = loadgen("run", "scenarios/quickstart.yaml", "--out", str(run_dir), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cores = sorted(os.sched_getaffinity(0))
+    engine, client = cores[:-1], cores[-1:]
+    assert f"cores: engine {engine[0]}" in proc.stderr
+    assert f"| client {client[0]}" in proc.stderr
+    provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
+    assert (provenance["cpus"]["engine"], provenance["cpus"]["client"]) == (engine, client)
+    assert provenance["server"]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == cores_text(tuple(engine))
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    for cell in summary["cells"]:
+        assert cell["client"]["client_bound"] is False, cell["client"]
+        assert cell["server_prefix_cache_hit_rate"] == 0.0
+    assert "client-bound" not in proc.stderr
+    assert "client-starved" not in proc.stderr
+    assert_exact_usage(run_dir, 128, 64, 64)
