@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from loadgen.scenario.schema import Serve, SimOptions
+from loadgen.servers.cpus import split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, sim_spec
 
 StartSim = Callable[..., str]
@@ -18,7 +20,11 @@ def start_sim(tmp_path: Path) -> Iterator[StartSim]:
 
     def start(ttft_ms: float = 50.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1, **faults: object) -> str:
         serve = Serve(sim=SimOptions(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk, **faults))
-        server = LaunchedServer(sim_spec(serve), tmp_path / f"sim{len(servers)}.log")
+        # on cores of its own, as loadgen places the servers it launches: a client measuring it on
+        # the same host finds it listening there and takes the other cores
+        split = split_cores(usable_cores(), None)
+        launch = replace(sim_spec(serve), cpus=split[0] if split else ())
+        server = LaunchedServer(launch, tmp_path / f"sim{len(servers)}.log")
         servers.append(server)
         return server.start()
 
