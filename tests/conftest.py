@@ -8,7 +8,7 @@ import pytest
 
 from loadgen.scenario.schema import Serve, SimOptions
 from loadgen.servers.cpus import split_cores, usable_cores
-from loadgen.servers.launch import LaunchedServer, sim_spec
+from loadgen.servers.launch import LaunchedServer, group_members, sim_spec
 
 StartSim = Callable[..., str]
 
@@ -35,13 +35,4 @@ def start_sim(tmp_path: Path) -> Iterator[StartSim]:
 
 def live_group_members(pgid: int) -> list[int]:
     """PIDs still running in a process group; zombies (dead, not yet reaped by init) excluded."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited while we looked
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
+    return group_members(pgid)

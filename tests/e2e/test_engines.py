@@ -168,23 +168,19 @@ def test_error_text_keeps_its_brackets() -> None:
     assert "pip install 'loadgen[transformers]'" in proc.stderr
 
 
-def vllm_counters(base_url: str) -> tuple[float, float]:
-    """vLLM's prompt and generation token counters, summed over its label sets."""
+def vllm_counters(
+    base_url: str, names: tuple[str, str] = ("vllm:prompt_tokens", "vllm:generation_tokens")
+) -> tuple[float, float]:
+    """Two of vLLM's counters (default: prompt and generation tokens), summed over label sets."""
     text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    return tuple(  # type: ignore[return-value]
-        sum(s.value for s in families[name].samples if s.name.endswith("_total"))
-        for name in ("vllm:prompt_tokens", "vllm:generation_tokens")
-    )
+    a, b = (sum(s.value for s in families[name].samples if s.name.endswith("_total")) for name in names)
+    return a, b
 
 
 def prefix_cache_counters(base_url: str) -> tuple[float, float]:
-    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
-    families = {f.name: f for f in text_string_to_metric_families(text)}
-    return tuple(  # type: ignore[return-value]
-        sum(s.value for s in families[name].samples if s.name.endswith("_total"))
-        for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
-    )
+    """vLLM's prefix-cache queries and hits, in prompt tokens."""
+    return vllm_counters(base_url, ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"))
 
 
 def prefix_cache_witness(base_url: str, tmp_path: Path) -> None:
