@@ -182,7 +182,7 @@ def compare(
     baseline: Annotated[Path, typer.Option(help="the run the others are measured against (Speed X = 1)")],
     fmt: Annotated[str, typer.Option("--format", help="md | rst | csv | json")] = "md",
 ) -> None:
-    """Runs against a baseline: Avg Tok/s, Max Mem (MiB), Speed X, Max mem % (004's table)."""
+    """Runs against a baseline, as the cross-engine comparison: Avg Tok/s, Max Mem (MiB), Speed X, Max mem %."""
     from loadgen.errors import UsageError
     from loadgen.report.layouts import compare_rows, compare_table
     from loadgen.report.tables import render

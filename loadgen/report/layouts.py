@@ -280,7 +280,8 @@ def compare_rows(
 
 
 def settings_lines(server: dict[str, Any]) -> tuple[str, ...]:
-    """004's Settings column: the dtype / quantization and each engine option that differs from a plain run."""
+    """The cross-engine comparison's Settings column: the dtype / quantization and each engine
+    option that differs from a plain run."""
     lines = [QUANT_LABELS.get(str(server.get("quant")), str(server.get("quant")))]
     if server.get("backend") in ("vllm", "sglang"):
         lines.append(f"tensor_parallel_size={server.get('tp', 1)}")

@@ -108,7 +108,7 @@ def render_rst(table: Table, widths: tuple[int, ...] | None = None) -> str:
 
 
 def render_md(table: Table) -> str:
-    """A GitHub pipe table (004's layout): repeats blanked, multi-line cells as extra rows."""
+    """A GitHub pipe table (the cross-engine comparison's layout): repeats blanked, multi-line cells as extra rows."""
     w = _widths(table, None)
     body: list[list[str]] = []
     for cells, _ in _display_rows(table):
