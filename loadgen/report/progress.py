@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
 from rich.console import Console
@@ -13,10 +12,51 @@ from loadgen.results.summary import CellSummary
 from loadgen.scenario.matrix import Cell
 
 
+class LiveRate:
+    """Output tokens/s over the last ``window_s`` seconds of token arrivals.
+
+    A record comes when its request ends, with the arrival time of each of its tokens. The
+    window is placed as far back as the longest request seen lately, so that every request with
+    tokens inside it has ended and been counted: the rate holds every token that arrived in the
+    window and no other. Before that much has been seen, the rate is the tokens received over the
+    time since the first request was sent (an underestimate, never more than what arrived).
+    All times are the records' own (the run's clock).
+    """
+
+    def __init__(self, window_s: float = 3.0) -> None:
+        self.window_s = window_s
+        self.arrivals: list[tuple[float, int]] = []
+        self.durations: deque[float] = deque(maxlen=256)  # E2E of the latest requests
+        self.first_sent: float | None = None
+        self.latest = 0.0  # the last end of a request seen
+        self.tokens = 0
+
+    def add(self, r: RequestRecord) -> None:
+        if not r.ok or r.sent_at is None or r.done_at is None:
+            return
+        self.first_sent = r.sent_at if self.first_sent is None else min(self.first_sent, r.sent_at)
+        self.latest = max(self.latest, r.done_at)
+        self.durations.append(r.done_at - r.sent_at)
+        self.arrivals += [(r.sent_at + off, n) for off, n in zip(r.chunk_offsets_s, r.chunk_tokens, strict=True)]
+        self.tokens += sum(r.chunk_tokens)
+        lag = max(self.durations)
+        horizon = self.latest - lag - self.window_s
+        if len(self.arrivals) > 4096 and self.arrivals[0][0] < horizon:
+            self.arrivals = [a for a in self.arrivals if a[0] >= horizon]
+
+    def rate(self) -> float | None:
+        if self.first_sent is None:
+            return None
+        end = self.latest - max(self.durations)
+        start = end - self.window_s
+        if start < self.first_sent:
+            span = self.latest - self.first_sent
+            return self.tokens / span if span > 0 else None
+        return sum(n for t, n in self.arrivals if start < t <= end) / self.window_s
+
+
 class ProgressObserver:
     """Live progress: requests done / total, current output tokens/s, errors."""
-
-    WINDOW_S = 3.0
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -31,7 +71,7 @@ class ProgressObserver:
         )
         self.task: TaskID | None = None
         self.errors = 0
-        self.recent: deque[tuple[float, int]] = deque()
+        self.rate = LiveRate()
 
     def message(self, text: str) -> None:
         self.console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
@@ -40,7 +80,7 @@ class ProgressObserver:
         if self.task is None:
             self.progress.start()
         self.errors = 0
-        self.recent.clear()
+        self.rate = LiveRate()
         p = cell.params()
         desc = (
             f"cell {cell.index + 1}/{cells} in={p['input_tokens']} "
@@ -53,16 +93,12 @@ class ProgressObserver:
     def record(self, record: RequestRecord) -> None:
         if record.warmup or self.task is None:
             return
-        now = time.monotonic()
         if record.ok:
-            self.recent.append((now, record.output_tokens))
+            self.rate.add(record)
         elif record.error != "cancelled":
             self.errors += 1
-        while self.recent and now - self.recent[0][0] > self.WINDOW_S:
-            self.recent.popleft()
-        span = min(self.WINDOW_S, max(now - self.recent[0][0], 0.5)) if self.recent else 1.0
-        tps = sum(n for _, n in self.recent) / span
-        self.progress.update(self.task, advance=1, tps=f"{tps:,.0f}", errors=self.errors)
+        tps = self.rate.rate()
+        self.progress.update(self.task, advance=1, tps="-" if tps is None else f"{tps:,.0f}", errors=self.errors)
 
     def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
         pass
