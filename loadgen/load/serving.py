@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadgen.errors import UsageError
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import PROVENANCE, write_json
 from loadgen.scenario.matrix import Cell
@@ -177,6 +178,8 @@ def place_client(
         if found is not None and found[1] and set(found[1]) < set(available):
             engine, how = found[1], f"the process listening on port {port} (pid {found[0]}) is pinned to these cores"
     if isinstance(wanted, tuple):
+        if missing := [c for c in wanted if c not in available]:
+            raise UsageError(f"load.client_cpus: core {missing[0]} is not available here (cores {list(available)})")
         client = wanted
     elif engine:
         rest = tuple(c for c in available if c not in engine)

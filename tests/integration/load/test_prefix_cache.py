@@ -144,3 +144,14 @@ def test_a_launched_simulator_and_the_client_get_cores_of_their_own(tmp_path: Pa
     # an in-process run gives the process its cores back when it ends
     execute(parse_scenario(body), tmp_path / "again")
     assert sorted(os.sched_getaffinity(0)) == cores
+
+
+def test_client_cores_that_do_not_exist_are_one_line_and_exit_2(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=1)
+    path = tmp_path / "cores.yaml"
+    path.write_text(yaml.safe_dump(scenario(base_url, load={"client_cpus": [4096]})))
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: load.client_cpus: core 4096 is not available here")
+    assert "Traceback" not in proc.stderr
