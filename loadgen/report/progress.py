@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from rich.console import Console
@@ -10,6 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.matrix import Cell
+
+RATE_EVERY_S = 0.25  # how often the bar's tokens/s is recomputed
 
 
 class LiveRate:
@@ -73,6 +76,8 @@ class ProgressObserver:
         self.task: TaskID | None = None
         self.errors = 0
         self.rate = LiveRate()
+        self.tps = "-"
+        self.next_rate = 0.0
 
     def message(self, text: str) -> None:
         self.console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
@@ -82,6 +87,7 @@ class ProgressObserver:
             self.progress.start()
         self.errors = 0
         self.rate = LiveRate()
+        self.tps, self.next_rate = "-", 0.0
         p = cell.params()
         desc = (
             f"cell {cell.index + 1}/{cells} in={p['input_tokens']} "
@@ -98,8 +104,14 @@ class ProgressObserver:
             self.rate.add(record)
         elif record.error != "cancelled":
             self.errors += 1
-        tps = self.rate.rate()
-        self.progress.update(self.task, advance=1, tps="-" if tps is None else f"{tps:,.0f}", errors=self.errors)
+        # this runs on the client's event loop for every request that ends: the rate (a pass
+        # over the window's token arrivals) is recomputed a few times a second, not per request
+        now = time.monotonic()
+        if now >= self.next_rate:
+            self.next_rate = now + RATE_EVERY_S
+            tps = self.rate.rate()
+            self.tps = "-" if tps is None else f"{tps:,.0f}"
+        self.progress.update(self.task, advance=1, tps=self.tps, errors=self.errors)
 
     def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
         pass
