@@ -223,6 +223,14 @@ def sim(
     api_key_env: Annotated[
         str | None, typer.Option(help="require 'Authorization: Bearer $VAR' on completions (401 otherwise)")
     ] = None,
+    reasoning_tokens: Annotated[
+        int, typer.Option(help="stream the first N tokens of a chat answer as delta.reasoning_content")
+    ] = 0,
+    reject_param: Annotated[
+        list[str] | None,
+        typer.Option("--reject-param", metavar="FIELD",
+                     help="answer 400 to requests carrying FIELD (repeatable), e.g. --reject-param ignore_eos"),
+    ] = None,
 ) -> None:
     """Run the calibrated simulator: token i leaves at arrival + ttft + i * itl."""
     from loadgen.servers.sim import SimConfig, SimFaults, serve_sim
@@ -247,6 +255,7 @@ def sim(
         ttft_s=ttft_ms / 1e3, itl_s=itl_ms / 1e3, tokens_per_chunk=tokens_per_chunk,
         model=model, max_model_len=max_model_len, faults=faults,
         api_key=os.environ.get(api_key_env) if api_key_env else None,
+        reasoning_tokens=max(reasoning_tokens, 0), reject_params=tuple(reject_param or ()),
     )
     if api_key_env and config.api_key is None:
         raise UsageError(f"--api-key-env {api_key_env}: the variable is not set")

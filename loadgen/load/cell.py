@@ -11,13 +11,15 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from loadgen.errors import TargetError
 from loadgen.load.client import StreamingClient
 from loadgen.load.dispatch import LoadPlan, run_load
-from loadgen.load.schedule import iter_offsets
+from loadgen.load.schedule import iter_offsets, ramp_offsets
 from loadgen.load.selfcheck import ClientMonitor
+from loadgen.load.sessions import SessionRunner, Turns
 from loadgen.load.target import unusable
 from loadgen.load.workers import resolve_workers, run_workers, worker_jobs
 from loadgen.results.records import RequestRecord
@@ -88,6 +90,20 @@ async def warmup(
             raise TargetError(why)
 
 
+def shaped(point: Scenario) -> str | None:
+    """The load shape that runs in one client process, in words (None: a plain schedule)."""
+    w, ld = point.workload, point.load
+    if w.multi_turn is not None:
+        return "multi-turn sessions"
+    if w.trace is not None:
+        return "a trace replay"
+    if ld.ramp_up is not None:
+        return "a ramp-up"
+    if ld.stages:
+        return "stages"
+    return None
+
+
 async def measure_window(
     client: StreamingClient,
     scenario: Scenario,
@@ -102,10 +118,15 @@ async def measure_window(
 ) -> None:
     point = cell.point or scenario
     w, ld = point.workload, point.load
-    count = None if ld.duration_s else w.num_prompts
+    count = None if ld.duration_s else len(pool)
     workers = resolve_workers(ld.workers)
     if cell.concurrency is not None:
         workers = min(workers, cell.concurrency)
+    if (shape := shaped(point)) is not None:
+        if workers > 1:
+            message(f"{shape} run in one client process (load.workers {ld.workers} is for plain schedules)")
+        await _shaped_window(client, point, cell, pool, seed, emit, stop, started, health)
+        return
     if workers > 1:
         jobs = worker_jobs(
             workers=workers, target=client.target, base_url=client.base_url, api_key=client.api_key,
@@ -146,3 +167,75 @@ def quiet_gc() -> Iterator[None]:
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
+
+
+async def _shaped_window(
+    client: StreamingClient, point: Scenario, cell: Cell, pool: RequestPool, seed: int,
+    emit: Callable[[RequestRecord], None], stop: asyncio.Event, started: Callable[[int | None], None],
+    health: Callable[[dict[str, Any]], None],
+) -> None:
+    """Sessions, a trace, a ramp-up or stages, in this process."""
+    w, ld = point.workload, point.load
+    sender: Any = client
+    plans: list[tuple[LoadPlan, int | None]] = []
+    if w.multi_turn is not None:
+        sender = SessionRunner(client, Turns(pool.maker, w.multi_turn.turns, w.multi_turn.think_time_s))
+        offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=seed)
+        count = None if ld.duration_s else len(pool)
+        plans.append((LoadPlan(pool, offsets, count, cell.concurrency, ld.duration_s), None))
+        total = None if count is None else count * w.multi_turn.turns
+    elif pool.maker.trace:
+        rows = pool.maker.trace
+        # a trace is replayed open loop unless the scenario caps concurrency itself
+        conc = cell.concurrency if "concurrency" in ld.model_fields_set else None
+        plans.append((LoadPlan(pool, [r.offset_s for r in rows], len(rows), conc, ld.duration_s), None))
+        total = len(rows)
+    elif ld.ramp_up is not None:
+        r = ld.ramp_up
+        ramp = ramp_offsets(len(pool), r.strategy, r.start_rate, r.end_rate, arrival=ld.arrival,
+                               burstiness=ld.burstiness, seed=seed)
+        plans.append((LoadPlan(pool, ramp, len(pool), cell.concurrency, ld.duration_s), None))
+        total = len(pool)
+    else:
+        for k, step in enumerate(ld.stages):
+            offsets = iter_offsets(step.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=seed + k)
+            plans.append((LoadPlan(pool, offsets, None, step.concurrency, step.duration_s), k))
+        total = None
+    await client.open_connections(min(cell.concurrency or len(pool), len(pool)))
+    started(total)
+    monitor = ClientMonitor(client.stats, health)
+    with quiet_gc():
+        monitor.start()
+        try:
+            base = 0
+            for plan, index in plans:
+                if stop.is_set():
+                    break
+                if index is None:
+                    await run_load(sender, plan, start_ns=time.perf_counter_ns(), emit=emit, stop=stop)
+                    continue
+                tag = _tagger(emit, base, index)
+                staged = LoadPlan(_Shifted(pool, base), plan.offsets, None, plan.concurrency, plan.duration_s)
+                base += await run_load(sender, staged, start_ns=time.perf_counter_ns(), emit=tag, stop=stop)
+        finally:
+            monitor.stop()
+
+
+def _tagger(emit: Callable[[RequestRecord], None], base: int, stage: int) -> Callable[[RequestRecord], None]:
+    def tag(r: RequestRecord) -> None:
+        emit(replace(r, request_id=r.request_id + base, stage=stage))
+
+    return tag
+
+
+class _Shifted:
+    """Requests ``base``, ``base + 1``, ... of a pool, as 0, 1, ... (the next stage's)."""
+
+    def __init__(self, pool: RequestPool, base: int) -> None:
+        self.pool, self.base = pool, base
+
+    def __getitem__(self, i: int) -> PreparedRequest:
+        return self.pool[self.base + i]
+
+    def __len__(self) -> int:
+        return max(len(self.pool) - self.base, 0)

@@ -316,6 +316,12 @@ class StreamingClient:
         else:
             self._free.append(conn)
 
+    def release(self, hold: list[_Connection | None]) -> None:
+        """A held connection back to the pool (the end of a session)."""
+        if hold and hold[0] is not None:
+            conn, hold[0] = hold[0], None
+            self._put_back(conn)
+
     async def open_connections(self, count: int) -> None:
         """Have ``count`` idle keep-alive connections ready before the measured window, so
         TTFT holds no connection setup (nothing to do with ``new_connection_per_request``)."""
@@ -356,10 +362,16 @@ class StreamingClient:
         scheduled_ns: int,
         emit: Callable[[RequestRecord], None],
         slot_ns: int | None = None,
+        answer: list[str] | None = None,
+        hold: list[_Connection | None] | None = None,
     ) -> None:
         """Send one request and ``emit`` its record (also when cancelled, before re-raising);
-        ``slot_ns``: when a concurrency slot became free for it."""
+        ``slot_ns``: when a concurrency slot became free for it; ``answer``: a list the
+        answer's text is appended to, piece by piece (a multi-turn session sends it back);
+        ``hold``: a one-element list that keeps the connection between the calls that share
+        it (a session's turns), given back to the pool by ``release``."""
         st = StreamState(self._first_token_s, self._total_s)
+        st.answer = answer
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
         ex = _Exchange(st, done)
@@ -368,7 +380,15 @@ class StreamingClient:
         detail: str | None = None
         timers: list[asyncio.TimerHandle] = []
         try:
-            conn = self._idle()
+            if hold is not None and hold[0] is not None:
+                kept, hold[0] = hold[0], None
+                if not kept.closed and not _readable(kept):
+                    conn = kept
+                else:
+                    kept.abort()
+                    self._all.discard(kept)
+            if conn is None:
+                conn = self._idle()
             if conn is None:
                 st.sent_ns = time.perf_counter_ns()  # a new connection: setup counts in TTFT
                 try:
@@ -397,7 +417,11 @@ class StreamingClient:
             if conn is not None:
                 if error is not None:
                     conn.abort()  # a failed exchange leaves the connection in an unknown state
-                self._put_back(conn)
+                if hold is not None and error is None and not conn.closed and conn.reusable and not self._fresh:
+                    conn.ex = None
+                    hold[0] = conn
+                else:
+                    self._put_back(conn)
         if error is not None and st.done_ns is None:
             st.done_ns = time.perf_counter_ns()  # when it was given up
         emit(st.record(req, request_id, scheduled_ns, self._base, error, detail, self._worker, slot_ns))

@@ -32,7 +32,7 @@ from loadgen.load.serving import (
     launch_target,
     place_client,
 )
-from loadgen.load.target import model_context, pick_model, too_long
+from loadgen.load.target import model_context, pick_model, refused_params, token_counter, too_long
 from loadgen.results.probes import PROBES, ProbeLog
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import (
@@ -59,7 +59,15 @@ from loadgen.servers.catalogue import check_models
 from loadgen.servers.cpus import pin, split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, tail
 from loadgen.workload.payload import api_key
-from loadgen.workload.prompts import Stream, TextCalibration, needs_calibration, prepare_requests
+from loadgen.workload.prompts import (
+    RequestPool,
+    Sources,
+    Stream,
+    TextCalibration,
+    needs_calibration,
+    prepare_requests,
+    read_sources,
+)
 
 
 class Observer(Protocol):
@@ -234,6 +242,9 @@ class _Run:
         # a plain run (one engine, no matrix) stops at bad input; a matrix fails the cell and goes on
         self.plain = plain
         self.context: int | None = None  # the served model's context length, when the server says
+        self.sources: dict[str, Sources] = {}  # datasets and traces read, by workload
+        # request fields the server refused (sent no more once it did)
+        self.flags: dict[str, bool | None] = {"ignore_eos": None, "min_tokens": None}
         # (how it exited, its log, the cell it died in) of the last engine that died mid-cell
         self.engine_death: tuple[str, Path, int] | None = None
 
@@ -438,11 +449,45 @@ class _Run:
         point = cell.point or self.scenario
         if point.load.reset_cache == "between-cells":
             self.cache_resets[cell.index] = await scraper.reset_prefix_cache()
-        warm = prepare_requests(self.scenario, cell, model, calibration, self.seed, Stream.WARMUP,
-                                count=point.load.warmup_requests)
-        pool = prepare_requests(self.scenario, cell, model, calibration, self.seed)
-        await warmup(client, cell, warm, emit, stop)
+        sources = self._sources(point)
+
+        def requests(stream: Stream, count: int | None = None) -> RequestPool:
+            return prepare_requests(self.scenario, cell, model, calibration, self.seed, stream, count=count,
+                                    sources=sources, **self.flags)
+
+        try:
+            await warmup(client, cell, requests(Stream.WARMUP, point.load.warmup_requests), emit, stop)
+        except TargetError as exc:
+            refused = refused_params(str(exc), self.flags)
+            if not refused:
+                raise
+            # a server that refuses ignore_eos / min_tokens is measured without them, and told so once
+            self.flags.update(dict.fromkeys(refused, False))
+            self.provenance["params_dropped"] = {"params": refused, "reason": str(exc)}
+            self.out.write_provenance(self.provenance)
+            self.obs.message(
+                f"the server refuses {' and '.join(refused)} ({str(exc)[:160]}); sending requests without: "
+                "output lengths are then the model's own choice (see output_tokens_short in the summary)"
+            )
+            await warmup(client, cell, requests(Stream.WARMUP, point.load.warmup_requests), emit, stop)
+        pool = requests(Stream.MEASURED)
         await measured_window()
+
+    def _sources(self, point: Scenario) -> Sources | None:
+        """The cell's dataset or trace, read once per distinct workload; what was skipped is said."""
+        w = point.workload
+        if w.source == "generated":
+            return None
+        key = w.model_dump_json()
+        if key not in self.sources:
+            counter = None
+            if w.source in ("sharegpt", "hf"):
+                counter, how = token_counter(point)
+                self.obs.message(f"dataset lengths counted {how}")
+            self.sources[key] = read_sources(point, self.seed, counter)
+            for note in self.sources[key].notes:
+                self.obs.message(f"dataset: {note}")
+        return self.sources[key]
 
     def close(self) -> None:
         self.out.close()

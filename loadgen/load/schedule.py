@@ -80,3 +80,25 @@ def partition(count: int, workers: int, concurrency: int | None) -> list[tuple[r
         conc = None if concurrency is None else concurrency // workers + (k < concurrency % workers)
         shares.append((range(k, count, workers), conc))
     return shares
+
+
+def ramp_rate(strategy: str, start: float, end: float, index: int, count: int) -> float:
+    """The rate of request ``index`` of ``count`` on a ramp (vLLM's ``--ramp-up-strategy``)."""
+    progress = index / max(count - 1, 1)
+    if strategy == "linear":
+        return start + (end - start) * progress
+    return float(start * (end / start) ** progress)
+
+
+def ramp_offsets(
+    count: int, strategy: str, start: float, end: float, *, arrival: str = "poisson", burstiness: float = 1.0,
+    seed: int = 0,
+) -> list[float]:
+    """Offsets of ``count`` requests whose rate goes from ``start`` to ``end``: the gap before
+    request i is drawn at request i's rate; the first request starts at 0."""
+    rng = np.random.default_rng(seed)
+    out = [0.0]
+    for i in range(1, count):
+        rate = ramp_rate(strategy, start, end, i, count)
+        out.append(out[-1] + float(_gaps(rng, 1, rate, arrival, burstiness)[0]))
+    return out

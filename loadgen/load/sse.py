@@ -83,6 +83,10 @@ class Chunk:
     prompt_tokens: int | None
     finish_reason: str | None
     error: str | None
+    # the text is a reasoning model's thinking (delta.reasoning_content / delta.reasoning)
+    reasoning: bool = False
+    # usage.prompt_tokens_details.cached_tokens: prompt tokens the server served from its cache
+    cached_tokens: int | None = None
 
 
 class MalformedChunk(ValueError):
@@ -102,6 +106,7 @@ def parse_chunk(data: bytes) -> Chunk:
         message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
         return Chunk("", False, None, None, None, str(message)[:300])
     text = ""
+    reasoning = False
     finish = None
     choices = obj.get("choices")
     if choices:
@@ -110,15 +115,22 @@ def parse_chunk(data: bytes) -> Chunk:
             raise MalformedChunk(f"choice is not an object: {data[:80]!r}")
         delta = choice.get("delta")
         if isinstance(delta, dict):
-            text = delta.get("content") or delta.get("reasoning_content") or ""
+            text = delta.get("content") or ""
+            if not text:
+                thought = delta.get("reasoning_content") or delta.get("reasoning")
+                if isinstance(thought, str) and thought:
+                    text, reasoning = thought, True
         else:
             text = choice.get("text") or ""
         finish = choice.get("finish_reason")
     elif choices is None and "usage" not in obj:
         raise MalformedChunk(f"neither choices nor usage: {data[:80]!r}")
     usage = obj.get("usage")
-    completion = prompt = None
+    completion = prompt = cached = None
     if isinstance(usage, dict):
         completion = usage.get("completion_tokens")
         prompt = usage.get("prompt_tokens")
-    return Chunk(text, bool(choices), completion, prompt, finish, None)
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            cached = details["cached_tokens"]
+    return Chunk(text, bool(choices), completion, prompt, finish, None, reasoning, cached)

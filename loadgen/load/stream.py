@@ -23,7 +23,7 @@ class StreamState:
     __slots__ = (
         "sent_ns", "chunk_ns", "chunk_tokens", "cum_tokens", "usage_completion",
         "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
-        "first_limit_ns", "total_limit_ns",
+        "first_limit_ns", "total_limit_ns", "first_answer_ns", "reasoning_tokens", "cached_tokens", "answer",
     )
 
     def __init__(self, first_token_s: float | None = None, total_s: float | None = None) -> None:
@@ -45,6 +45,11 @@ class StreamState:
         self.parser = SSEParser()
         # set once the stream is decided: (None, None) at [DONE], else the failure
         self.outcome: Outcome | None = None
+        self.first_answer_ns: int | None = None
+        self.reasoning_tokens = 0
+        self.cached_tokens: int | None = None
+        # the answer's text, kept only when asked for (a multi-turn session sends it back)
+        self.answer: list[str] | None = None
 
     def feed(self, raw: bytes, t: int) -> bool:
         """Bytes read from the body at ``t``; True once the stream is decided (more bytes
@@ -97,6 +102,8 @@ class StreamState:
             self.prompt_tokens = chunk.prompt_tokens
         if chunk.completion_tokens is not None:
             self.usage_completion = chunk.completion_tokens
+        if chunk.cached_tokens is not None:
+            self.cached_tokens = chunk.cached_tokens
         if not chunk.has_choices:
             return None  # the final usage chunk, or a keep-alive
         if chunk.completion_tokens is not None:
@@ -113,6 +120,12 @@ class StreamState:
                 return "timeout", "total"
             self.chunk_ns.append(t)
             self.chunk_tokens.append(n)
+            if chunk.reasoning:
+                self.reasoning_tokens += n
+            elif self.first_answer_ns is None:
+                self.first_answer_ns = t
+        if self.answer is not None and chunk.text and not chunk.reasoning:
+            self.answer.append(chunk.text)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
         return None
@@ -157,6 +170,10 @@ class StreamState:
             error_detail=detail,
             worker=worker,
             slot_wait_s=max(slot_ns - scheduled_ns, 0) / 1e9 if slot_ns is not None else 0.0,
+            first_answer_at=(self.first_answer_ns - base_ns) / 1e9 if self.first_answer_ns is not None else None,
+            reasoning_tokens=self.reasoning_tokens,
+            cached_tokens=self.cached_tokens,
+            turn=req.turn,
         )
 
 

@@ -5,11 +5,15 @@ the server cannot serve the scenario at all. The asyncio run and the Locust user
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from loadgen.errors import TargetError
+from loadgen.errors import TargetError, UsageError
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.matrix import Cell
+from loadgen.scenario.schema import Scenario
+from loadgen.servers.catalogue import resolve_model
+from loadgen.workload import datasets
 from loadgen.workload.payload import ENDPOINTS
 
 
@@ -73,3 +77,25 @@ def unusable(warmup: list[RequestRecord], api: str) -> str | None:
             hint = "the model has no chat template: use target.api: completions"
         return f"POST {endpoint}: HTTP {status}: {detail}; {hint}"
     return None
+
+
+def refused_params(reason: str, flags: dict[str, bool | None]) -> list[str]:
+    """The optional request fields (ignore_eos, min_tokens) a refusal names, still being sent."""
+    text = reason.lower()
+    return [name for name in ("ignore_eos", "min_tokens") if name in text and flags.get(name) is not False]
+
+
+def token_counter(point: Scenario) -> tuple[datasets.Count | None, str]:
+    """What counts a dataset's tokens: ``workload.tokenizer``, else the tokenizer of the model
+    the scenario launches when it is on this machine, else words (and the answer says which)."""
+    w = point.workload
+    if w.tokenizer is not None:
+        return datasets.load_tokenizer(w.tokenizer), f"with the tokenizer {w.tokenizer}"
+    if point.serve is not None and point.serve.model is not None:
+        try:
+            path = Path(resolve_model(point.serve.model, point.serve.quant).checkpoint)
+        except UsageError:
+            path = None
+        if path is not None and (path / "tokenizer.json").is_file():
+            return datasets.load_tokenizer(str(path)), f"with the served model's tokenizer ({path})"
+    return None, "in words (set workload.tokenizer, or --tokenizer, for the model's token counts)"

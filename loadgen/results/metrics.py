@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +63,35 @@ def meets_slo(r: RequestRecord, slo: Slo) -> bool:
     if slo.tpot_ms is not None and t is not None and t * 1e3 > slo.tpot_ms:
         return False
     return not (slo.e2e_ms is not None and (r.done_at - r.sent_at) * 1e3 > slo.e2e_ms)
+
+
+def _group(measured: list[RequestRecord], key: str, value: int) -> dict[str, Any]:
+    """The figures of the records whose ``key`` (turn, stage) is ``value``; the prefix-cache
+    hit rate from the server's per-request cached_tokens, where it reports them."""
+    rs = [r for r in measured if getattr(r, key) == value]
+    ok = [r for r in rs if r.ok and r.first_token_at is not None]
+    sent = [r.sent_at for r in rs if r.sent_at is not None]
+    done = [r.done_at for r in ok if r.done_at is not None]
+    span = (max(done) - min(sent)) if done and sent else 0.0
+    prompt = sum(r.prompt_tokens or 0 for r in ok)
+    reported = [r for r in ok if r.cached_tokens is not None and r.prompt_tokens]
+    cached = sum(r.cached_tokens or 0 for r in reported)
+    reported_prompt = sum(r.prompt_tokens or 0 for r in reported)
+    return {
+        key: value,
+        "requests": len(rs),
+        "completed": len(ok),
+        "failed": sum(1 for r in rs if not r.ok and r.error != "cancelled"),
+        "duration_s": span,
+        "request_throughput": len(ok) / span if span > 0 else None,
+        "output_throughput": sum(r.output_tokens for r in ok) / span if span > 0 else None,
+        "prompt_tokens_total": prompt,
+        "cached_tokens_total": cached if reported else None,
+        "prefix_cache_hit_rate": cached / reported_prompt if reported_prompt else None,
+        "ttft_s": distribution(r.first_token_at - r.sent_at for r in ok).to_dict(),  # type: ignore[operator]
+        "tpot_s": distribution(t for r in ok if (t := tpot(r)) is not None).to_dict(),
+        "e2e_s": distribution(r.done_at - r.sent_at for r in ok).to_dict(),  # type: ignore[operator]
+    }
 
 
 def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> CellMetrics:
@@ -137,6 +167,24 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> CellM
             if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
         ),
     )
+    thinking = [r for r in ok if r.reasoning_tokens > 0]
+    if thinking:
+        metrics = replace(metrics, reasoning={
+            "requests": len(thinking),
+            "reasoning_tokens_total": sum(r.reasoning_tokens for r in thinking),
+            "reasoning_tokens_mean": float(np.mean([r.reasoning_tokens for r in thinking])),
+            # TTFT is the first token of any kind; this is the first token of the answer
+            "time_to_answer_s": distribution(
+                r.first_answer_at - r.sent_at for r in thinking
+                if r.first_answer_at is not None and r.sent_at is not None
+            ).to_dict(),
+        })
+    if any(r.turn is not None for r in measured):
+        metrics = replace(metrics, turns=[_group(measured, "turn", t) for t in sorted(
+            {r.turn for r in measured if r.turn is not None})])
+    if any(r.stage is not None for r in measured):
+        metrics = replace(metrics, stages=[_group(measured, "stage", t) for t in sorted(
+            {r.stage for r in measured if r.stage is not None})])
     if slo is not None and any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms)):
         good = sum(1 for r in ok if meets_slo(r, slo))
         metrics = replace(

@@ -62,6 +62,15 @@ class RequestRecord:
     # seconds between scheduled_at and the moment a concurrency slot was free: waiting for an
     # earlier request of ours to finish, not lateness of the client (send lag is the rest)
     slot_wait_s: float = 0.0
+    # a reasoning model: when the first answer token (not thinking) came, and the thinking tokens
+    first_answer_at: float | None = None
+    reasoning_tokens: int = 0
+    # the server's usage.prompt_tokens_details.cached_tokens, where it reports them
+    cached_tokens: int | None = None
+    # multi-turn sessions: the turn this request is (0-based); request_id = session * turns + turn
+    turn: int | None = None
+    # staged load: the stage the request was sent in (0-based)
+    stage: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -42,7 +42,7 @@ from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, expand_cells
 from loadgen.scenario.redact import dump_scenario, redact_argv
-from loadgen.scenario.schema import PromptFile, Scenario
+from loadgen.scenario.schema import Scenario
 
 RECORDS = "records.jsonl"
 SUMMARY = "summary.json"
@@ -106,7 +106,7 @@ def cell_summary(
     shared = max(float(status.get("template_tokens") or 0.0), 0.0) / max(cell.input_tokens, 1)
     if (
         hit_rate is not None and hit_rate > CACHE_HIT_WARN + shared
-        and not isinstance(point.workload.prompt, PromptFile)
+        and not point.workload.shares_content
     ):
         warnings.append(
             f"the server answered {hit_rate:.1%} of this cell's prompt tokens from its prefix cache, while no two "

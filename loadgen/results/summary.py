@@ -93,6 +93,11 @@ class CellMetrics:
     slo: dict[str, float] | None = None
     slo_attained: float | None = None
     goodput: float | None = None
+    # present only where they apply: a reasoning model's thinking (tokens, time to the first
+    # answer token), figures per turn of multi-turn sessions, figures per stage of a staged load
+    reasoning: dict[str, Any] | None = None
+    turns: list[dict[str, Any]] | None = None
+    stages: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -100,6 +105,8 @@ class CellMetrics:
             value = getattr(self, f.name)
             if f.name in ("slo", "slo_attained", "goodput") and self.slo is None:
                 continue  # without SLOs these keys are absent, as they always were
+            if f.name in ("reasoning", "turns", "stages") and value is None:
+                continue
             if isinstance(value, Distribution):
                 value = value.to_dict()
             elif isinstance(value, ChunkDiscrepancy):

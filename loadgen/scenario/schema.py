@@ -19,6 +19,16 @@ from pydantic import (
     model_validator,
 )
 
+from loadgen.scenario.shapes import (
+    Dataset,
+    Lengths,
+    MultiTurn,
+    RampUp,
+    SharedPrefix,
+    Stage,
+    Trace,
+)
+
 
 def _sweep(value: Any, *, kind: type, allow: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     """Normalise a scalar-or-list field into a non-empty tuple of positive ``kind`` values."""
@@ -60,6 +70,8 @@ RateSweep = Annotated[
 ]
 
 
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -81,6 +93,11 @@ class Target(_Model):
     # ask for cumulative usage on every chunk (vLLM, SGLang, loadgen sim): exact tokens per chunk
     continuous_usage_stats: bool = True
     headers: dict[str, str] = Field(default_factory=dict)
+    # merged into every request body (tools, response_format, chat_template_kwargs, top_k, ...)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    # the output-length field of chat requests: "auto" sends max_completion_tokens (the
+    # current OpenAI name) and max_tokens (what older servers read); completions send max_tokens
+    max_tokens_param: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto"
     timeouts: Timeouts = Timeouts()
 
     @model_validator(mode="after")
@@ -122,6 +139,16 @@ class Workload(_Model):
     sampling: Sampling = Sampling()
     # half-open range [lo, hi) of token ids drawn for token-ids prompts
     token_id_range: tuple[int, int] = (1000, 5000)
+    # how lengths spread around input_tokens / output_tokens (default: exactly those)
+    input_dist: Lengths = Lengths()
+    output_dist: Lengths = Lengths()
+    dataset: Dataset | None = None
+    shared_prefix: SharedPrefix | None = None
+    multi_turn: MultiTurn | None = None
+    trace: Trace | None = None
+    # a tokenizer (tokenizer.json, a model directory or a hub id) that counts dataset lengths;
+    # default: the served model's when loadgen knows where it is
+    tokenizer: str | None = None
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -133,7 +160,32 @@ class Workload(_Model):
         lo, hi = self.token_id_range
         if not 0 <= lo < hi:
             raise ValueError(f"token_id_range must be [lo, hi) with 0 <= lo < hi (got {[lo, hi]})")
+        sources = [k for k in ("dataset", "trace") if getattr(self, k) is not None]
+        if isinstance(self.prompt, PromptFile):
+            sources.append("prompt.file")
+        if len(sources) > 1:
+            raise ValueError(f"give one prompt source, not {' and '.join(sources)}")
+        if self.multi_turn is not None and (sources or self.prompt == "token-ids"):
+            raise ValueError("multi_turn sessions are made of generated chat text: drop dataset, trace and prompt")
+        if self.shared_prefix is not None and (sources or self.prompt == "token-ids"):
+            raise ValueError("shared_prefix applies to generated text prompts: drop dataset, trace and prompt")
         return self
+
+    @property
+    def shares_content(self) -> bool:
+        """Whether requests are meant to share prompt content (a prefix cache may serve them)."""
+        return self.source != "generated" or self.shared_prefix is not None or self.multi_turn is not None
+
+    @property
+    def source(self) -> str:
+        """Where prompts come from, in a word."""
+        if self.trace is not None:
+            return "trace"
+        if self.dataset is not None:
+            return self.dataset.kind
+        if isinstance(self.prompt, PromptFile):
+            return "jsonl"
+        return "generated"
 
 
 class Load(_Model):
@@ -158,9 +210,19 @@ class Load(_Model):
     # the cores the client runs on: a number of cores (taken from the highest) or a list of
     # core ids; None: when the engine runs on this host, the cores it does not use
     client_cpus: int | tuple[int, ...] | None = None
+    # the rate rising over the requests of a cell (instead of a fixed rate)
+    ramp_up: RampUp | None = None
+    # stages run back to back in one cell, each for its duration (instead of one rate/concurrency)
+    stages: tuple[Stage, ...] = ()
 
     @model_validator(mode="after")
     def _check_workers(self) -> Load:
+        if self.ramp_up is not None and self.stages:
+            raise ValueError("give ramp_up or stages, not both")
+        if (self.ramp_up is not None or self.stages) and any(r is not None for r in self.rate):
+            raise ValueError("ramp_up and stages set the rate themselves: drop load.rate")
+        if self.stages and self.duration_s is not None:
+            raise ValueError("stages have their own durations: drop load.duration_s")
         if isinstance(self.workers, int) and self.workers < 1:
             raise ValueError(f"workers must be >= 1 or 'auto' (got {self.workers})")
         cpus = self.client_cpus
@@ -208,6 +270,10 @@ class SimOptions(_Model):
     crash_after: int | None = Field(None, ge=1)
     # require this variable's value as the bearer token (the simulator reads it from its environment)
     api_key_env: str | None = None
+    # the first N tokens of a chat answer stream as thinking (delta.reasoning_content)
+    reasoning_tokens: int = Field(0, ge=0)
+    # request fields the simulator refuses with 400 (as strict servers refuse ignore_eos)
+    reject_params: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _check_faults(self) -> SimOptions:
@@ -363,6 +429,8 @@ class Scenario(_Model):
     @model_validator(mode="after")
     def _kind_defaults(self) -> Scenario:
         w, ld = self.workload, self.load
+        if w.multi_turn is not None and self.target.api != "chat":
+            raise ValueError("workload.multi_turn sends conversations: set target.api: chat")
         if self.kind == "single-stream":
             if any(c != 1 for c in ld.concurrency) or any(r is not None for r in ld.rate):
                 raise ValueError(

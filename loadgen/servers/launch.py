@@ -79,6 +79,8 @@ def sim_spec(serve: Serve) -> LaunchSpec:
         "--fault-seed", str(sim.fault_seed), "--stall-s", f"{sim.stall_s:g}", "--slow-ttft-ms", f"{sim.slow_ttft_ms:g}",
         *(("--crash-after", str(sim.crash_after)) if sim.crash_after else ()),
         *(("--api-key-env", sim.api_key_env) if sim.api_key_env else ()),
+        *(("--reasoning-tokens", str(sim.reasoning_tokens)) if sim.reasoning_tokens else ()),
+        *(x for name in sim.reject_params for x in ("--reject-param", name)),
     )
     return LaunchSpec(argv, serve.host, port, ready_timeout_s=serve.ready_timeout_s or 60.0, name="sim")
 

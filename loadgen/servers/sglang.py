@@ -16,5 +16,6 @@ def sglang_command(spec: EngineSpec) -> LaunchSpec:
         "--host", spec.host, "--port", str(spec.port), "--served-model-name", spec.served_name,
         "--tp", str(spec.tp),
     ]
-    argv = vllm_like(spec, head, SGLANG_FLAGS, ("--enable-metrics",))
+    # --enable-cache-report: each answer's usage says how many prompt tokens came from the cache
+    argv = vllm_like(spec, head, SGLANG_FLAGS, ("--enable-metrics", "--enable-cache-report"))
     return LaunchSpec(tuple(argv), spec.host, spec.port, spec.env, spec.ready_timeout_s, "sglang")

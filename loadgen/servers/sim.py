@@ -83,6 +83,10 @@ class SimConfig:
     max_model_len: int = 1_000_000
     faults: SimFaults = field(default_factory=SimFaults)
     api_key: str | None = None  # when set, requests must carry "Authorization: Bearer <api_key>"
+    # the first N tokens of a chat answer stream as delta.reasoning_content (a reasoning model)
+    reasoning_tokens: int = 0
+    # request fields answered with 400, as a strict OpenAI-compatible server answers fields it does not know
+    reject_params: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -168,6 +172,7 @@ class SimApp(OpenAIApp):
         self._created = self.created
         self._lead_s = 0.0  # running estimate of how late a sleep wakes up
         self._fault_rng = random.Random(config.faults.seed)
+        self._cached = 0  # the last request's cached prompt tokens (read before its first await)
 
     async def _sleep_until(self, deadline: float) -> None:
         """Sleep until ``deadline`` (perf_counter seconds).
@@ -262,6 +267,9 @@ class SimApp(OpenAIApp):
             return
         try:
             body = request_body(raw)
+            for name in self.config.reject_params:
+                if name in body:
+                    raise ValueError(f"Unrecognized request argument supplied: {name}")
             tokens = tokenize_prompt(body, chat)
             max_tokens = max_tokens_of(body)
         except (ValueError, TypeError) as exc:
@@ -271,14 +279,15 @@ class SimApp(OpenAIApp):
             await respond(send, 400, error("prompt + max_tokens exceeds max_model_len"))
             return
         prompt_tokens = len(tokens)
-        self.cache.lookup(tokens)  # counted only: cached tokens do not shorten the simulated TTFT
+        # counted (and reported per request) only: cached tokens do not shorten the simulated TTFT
+        self._cached = self.cache.lookup(tokens)
         self.stats.requests_running += 1
         self.stats.prompt_tokens_total += prompt_tokens
         try:
             if fault == "slow_ttft":
                 arrival += faults.slow_ttft_s
             if body.get("stream"):
-                if await self._stream(send, body, arrival, chat, prompt_tokens, max_tokens, fault):
+                if await self._stream(send, body, arrival, chat, prompt_tokens, max_tokens, fault, self._cached):
                     self.stats.requests_completed += 1
             else:
                 await self._whole(send, arrival, chat, prompt_tokens, max_tokens)
@@ -307,6 +316,7 @@ class SimApp(OpenAIApp):
         prompt_tokens: int,
         max_tokens: int,
         fault: str | None = None,
+        cached: int = 0,
     ) -> bool:
         """Stream the tokens; False when a fault cut the stream short."""
         cfg = self.config
@@ -325,6 +335,7 @@ class SimApp(OpenAIApp):
             role = b'{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}'
             await send_event(send, head + role + b"]}")
         step = cfg.tokens_per_chunk
+        thinking = cfg.reasoning_tokens  # chunks ending at or before this token are thinking
         shift = 0.0
         for start in range(0, max_tokens, step):
             end = min(start + step, max_tokens)
@@ -342,7 +353,8 @@ class SimApp(OpenAIApp):
             text = "".join(" " + WORDS[i % len(WORDS)] for i in range(start, end))
             finish = b'"length"' if end == max_tokens else b"null"
             if chat:
-                choice = b'{"index":0,"delta":{"content":"' + text.encode() + b'"},"finish_reason":'
+                field = b"reasoning_content" if end <= thinking else b"content"
+                choice = b'{"index":0,"delta":{"' + field + b'":"' + text.encode() + b'"},"finish_reason":'
             else:
                 choice = b'{"index":0,"text":"' + text.encode() + b'","logprobs":null,"finish_reason":'
             tail = b"]}"
@@ -362,7 +374,7 @@ class SimApp(OpenAIApp):
             st.chunk_lateness_min_s = late if st.chunks_timed == 1 else min(st.chunk_lateness_min_s, late)
         if include_usage:
             claimed = max_tokens + 1 if fault == "usage_mismatch" else max_tokens
-            totals = orjson.dumps(usage(prompt_tokens, claimed))
+            totals = orjson.dumps({**usage(prompt_tokens, claimed), "prompt_tokens_details": {"cached_tokens": cached}})
             await send_event(send, head + b'],"usage":' + totals + b"}")
         if fault == "no_done":
             await send({"type": "http.response.body", "body": b"", "more_body": False})

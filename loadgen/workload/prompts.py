@@ -26,16 +26,23 @@ from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
-import orjson
 
-from loadgen.errors import ScenarioError
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import PromptFile, Sampling, Scenario, Target, Workload
+from loadgen.scenario.shapes import Dataset
+from loadgen.workload import datasets
+from loadgen.workload.datasets import Sample
+from loadgen.workload.lengths import draw
 from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
+from loadgen.workload.trace import TraceRow
 from loadgen.workload.words import WORDS
 
 # a request's key: cell (10 bits) | stream (2 bits) | index within the stream (30 bits)
 KEY_BITS = 42
+# seed namespaces of shared content, apart from every cell's (cells are numbered below 2**10)
+PREFIX_SPACE = 1 << 11
+BLOCK_SPACE = 1 << 12
+LENGTH_DRAW = 7
 
 
 class Stream(IntEnum):
@@ -76,35 +83,9 @@ class TextCalibration:
 
 
 def read_prompt_file(path: Path, limit: int) -> list[Prompt]:
-    prompts: list[Prompt] = []
-    with path.open("rb") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise ScenarioError(f"{path}:{lineno}: not valid JSON") from exc
-            if not isinstance(obj, dict):
-                raise ScenarioError(f"{path}:{lineno}: expected a JSON object")
-            ids = obj.get("prompt_token_ids")
-            if isinstance(ids, list):
-                if not ids or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
-                    raise ScenarioError(f"{path}:{lineno}: prompt_token_ids must be a non-empty list of token ids")
-                prompts.append(Prompt(None, token_ids=tuple(ids)))
-            elif isinstance(obj.get("prompt"), str):
-                prompts.append(Prompt(None, text=obj["prompt"]))
-            elif isinstance(obj.get("messages"), list):
-                prompts.append(Prompt(None, messages=tuple(obj["messages"])))
-            else:
-                raise ScenarioError(
-                    f"{path}:{lineno}: each line needs 'prompt', 'prompt_token_ids' or 'messages'"
-                )
-            if len(prompts) >= limit:
-                break
-    if not prompts:
-        raise ScenarioError(f"{path}: no prompts in file")
-    return prompts
+    """The prompts of a JSONL file (``prompt``, ``prompt_token_ids`` or ``messages`` per line)."""
+    loaded = datasets.jsonl(Dataset(kind="jsonl", path=path), limit, 0)
+    return [s.prompt for s in loaded.samples]
 
 
 def uses_token_ids(workload: Workload, api: str) -> bool:
@@ -120,14 +101,38 @@ class PromptMaker:
     seed: int
     calibration: TextCalibration = TextCalibration()
 
-    def prompt(self, input_tokens: int, cell: int, stream: Stream, index: int) -> Prompt:
+    def prompt(self, input_tokens: int, cell: int, stream: Stream, index: int, prefix: int | None = None) -> Prompt:
+        """``input_tokens`` of content unique to (cell, stream, index), after shared prefix
+        ``prefix`` (of ``workload.shared_prefix.tokens``) when one is given."""
+        shared = self.workload.shared_prefix
+        head_ids: list[int] = []
+        head_words: list[str] = []
+        total = input_tokens
+        if prefix is not None and shared is not None:
+            total += shared.tokens
+            if uses_token_ids(self.workload, self.api):
+                head_ids = self._ids(shared.tokens, np.random.default_rng((self.seed, PREFIX_SPACE, prefix)))
+            else:
+                n = max(1, round(shared.tokens / self.calibration.per_word))
+                head_words = self._words(n, np.random.default_rng((self.seed, PREFIX_SPACE, prefix)))
         if uses_token_ids(self.workload, self.api):
-            rng = np.random.default_rng((self.seed, cell, int(stream), index))
-            lo, hi = self.workload.token_id_range
-            head = [lo + d for d in key_digits(request_key(cell, stream, index), hi - lo)][:input_tokens]
-            rest = rng.integers(lo, hi, size=input_tokens - len(head)).tolist()
-            return Prompt(input_tokens, token_ids=tuple(head + rest))
-        return Prompt(input_tokens, text=self.text(self.calibration.words_for(input_tokens), cell, stream, index))
+            return Prompt(total, token_ids=tuple(head_ids + self.unique_ids(input_tokens, cell, stream, index)))
+        words = self.calibration.words_for(total) - len(head_words)
+        return Prompt(total, text=" ".join(head_words + [self.text(max(words, 1), cell, stream, index)]))
+
+    def _ids(self, n: int, rng: np.random.Generator) -> list[int]:
+        lo, hi = self.workload.token_id_range
+        return [int(x) for x in rng.integers(lo, hi, size=n)]
+
+    @staticmethod
+    def _words(n: int, rng: np.random.Generator) -> list[str]:
+        return [WORDS[i] for i in rng.integers(0, len(WORDS), size=n)]
+
+    def unique_ids(self, n: int, cell: int, stream: Stream, index: int) -> list[int]:
+        rng = np.random.default_rng((self.seed, cell, int(stream), index))
+        lo, hi = self.workload.token_id_range
+        head = [lo + d for d in key_digits(request_key(cell, stream, index), hi - lo)][:n]
+        return head + [int(x) for x in rng.integers(lo, hi, size=n - len(head))]
 
     def text(self, words: int, cell: int, stream: Stream, index: int) -> str:
         """Exactly ``words`` words: the key's spelling, then words drawn from the seed."""
@@ -135,6 +140,31 @@ class PromptMaker:
         head = [WORDS[d] for d in key_digits(request_key(cell, stream, index), len(WORDS))][:words]
         rest = rng.integers(0, len(WORDS), size=words - len(head))
         return " ".join(head + [WORDS[i] for i in rest])
+
+    def trace_prompt(self, row: TraceRow, block_tokens: int, cell: int, stream: Stream, index: int) -> Prompt:
+        """A trace row's prompt: block ``h`` of its ``hash_ids`` is the same content wherever h
+        appears; what the blocks do not cover is content of this request's own."""
+        n = row.input_length
+        if uses_token_ids(self.workload, self.api):
+            ids: list[int] = []
+            for h in row.hash_ids:
+                ids += self._ids(block_tokens, np.random.default_rng((self.seed, BLOCK_SPACE, h)))
+            ids = ids[:n]
+            if len(ids) < n:
+                ids += self.unique_ids(n - len(ids), cell, stream, index)
+            return Prompt(n, token_ids=tuple(ids))
+        want = self.calibration.words_for(n)
+        per_block = max(1, round(block_tokens / self.calibration.per_word))
+        words: list[str] = []
+        for h in row.hash_ids:
+            if len(words) >= want:
+                break
+            words += self._words(per_block, np.random.default_rng((self.seed, BLOCK_SPACE, h)))
+        words = words[:want]
+        text = " ".join(words)
+        if len(words) < want:
+            text = " ".join(filter(None, (text, self.text(want - len(words), cell, stream, index))))
+        return Prompt(n, text=text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,21 +181,40 @@ class RequestMaker:
     output_tokens: int
     ignore_eos: bool
     min_tokens: bool
-    file_prompts: tuple[Prompt, ...] = ()  # prompts taken verbatim from a file, used in turn
+    samples: tuple[Sample, ...] = ()  # dataset prompts, used in turn
+    trace: tuple[TraceRow, ...] = ()  # trace rows, one per request
+
+    def lengths(self, i: int) -> tuple[int, int]:
+        """Request i's input and output lengths (drawn from the workload's distributions)."""
+        w = self.prompts.workload
+        if w.input_dist.kind == "fixed" and w.output_dist.kind == "fixed":
+            return self.input_tokens, self.output_tokens
+        rng = np.random.default_rng((self.prompts.seed, self.cell, int(self.stream), i, LENGTH_DRAW))
+        return draw(w.input_dist, self.input_tokens, rng), draw(w.output_dist, self.output_tokens, rng)
+
+    def prompt(self, i: int) -> tuple[Prompt, int]:
+        """Request i's prompt and output length."""
+        if self.trace:
+            row = self.trace[i % len(self.trace)]
+            block = self.prompts.workload.trace.block_tokens if self.prompts.workload.trace else 512
+            return self.prompts.trace_prompt(row, block, self.cell, self.stream, i), row.output_length
+        if self.samples:
+            sample = self.samples[i % len(self.samples)]
+            return sample.prompt, sample.output_tokens or self.output_tokens
+        inp, out = self.lengths(i)
+        shared = self.prompts.workload.shared_prefix
+        prefix = i % shared.prefixes if shared is not None and self.stream == Stream.MEASURED else None
+        return self.prompts.prompt(inp, self.cell, self.stream, i, prefix), out
 
     def request(self, i: int) -> PreparedRequest:
-        if self.file_prompts:
-            prompt = self.file_prompts[i % len(self.file_prompts)]
-        else:
-            prompt = self.prompts.prompt(self.input_tokens, self.cell, self.stream, i)
+        prompt, out = self.prompt(i)
         body = build_payload(
-            self.target.api, self.model, prompt, self.output_tokens, sampling=self.sampling,
+            self.target.api, self.model, prompt, out, sampling=self.sampling,
             ignore_eos=self.ignore_eos, min_tokens=self.min_tokens,
-            continuous_usage_stats=self.target.continuous_usage_stats,
+            continuous_usage_stats=self.target.continuous_usage_stats, target=self.target,
         )
         return PreparedRequest(
-            self.cell, encode_payload(body), prompt.input_tokens, self.output_tokens,
-            warmup=self.stream == Stream.WARMUP,
+            self.cell, encode_payload(body), prompt.input_tokens, out, warmup=self.stream == Stream.WARMUP,
         )
 
 
@@ -190,7 +239,7 @@ def needs_calibration(scenario: Scenario) -> bool:
     """Text prompts (the default, and every chat prompt) need the server's template overhead
     and tokens per word before they can hit an exact input length."""
     w = scenario.workload
-    if isinstance(w.prompt, PromptFile):
+    if w.source in ("sharegpt", "jsonl", "hf"):
         return False
     return not uses_token_ids(w, scenario.target.api)
 
@@ -205,7 +254,7 @@ def calibration_probes(scenario: Scenario, model: str, seed: int, cell: int) -> 
             scenario.target.api, model, Prompt(None, text=maker.text(words, cell, Stream.CALIBRATION, index)), 1,
             sampling=scenario.workload.sampling, ignore_eos=scenario.workload.ignore_eos,
             min_tokens=scenario.workload.min_tokens,
-            continuous_usage_stats=scenario.target.continuous_usage_stats,
+            continuous_usage_stats=scenario.target.continuous_usage_stats, target=scenario.target,
         )
         out.append((words, encode_payload(body)))
     return out
@@ -225,27 +274,74 @@ def calibration_from(points: list[tuple[int, int | None]]) -> TextCalibration:
     return TextCalibration(overhead=t1 - per_word * w1, per_word=per_word)
 
 
+def dataset_of(workload: Workload) -> Dataset | None:
+    """The workload's dataset; a ``prompt: {file: ...}`` is a JSONL dataset."""
+    if isinstance(workload.prompt, PromptFile):
+        return Dataset(kind="jsonl", path=workload.prompt.file)
+    return workload.dataset
+
+
 def request_maker(
     scenario: Scenario, cell: Cell, model: str, calibration: TextCalibration, seed: int, stream: Stream,
+    sources: Sources | None = None, *, ignore_eos: bool | None = None, min_tokens: bool | None = None,
 ) -> RequestMaker:
-    """How the requests of one stream of ``cell`` are made (the cell's point's workload)."""
+    """How the requests of one stream of ``cell`` are made (the cell's point's workload).
+    Warmups get generated prompts of the cell's lengths, so no dataset or trace prompt is
+    sent (and cached) before it is measured."""
     point = cell.point or scenario
     w = point.workload
-    files: tuple[Prompt, ...] = ()
-    if isinstance(w.prompt, PromptFile):
-        files = tuple(read_prompt_file(w.prompt.file, w.num_prompts))
+    samples: tuple[Sample, ...] = ()
+    trace: tuple[TraceRow, ...] = ()
+    if stream == Stream.MEASURED and sources is not None:
+        samples, trace = sources.samples, sources.trace
     return RequestMaker(
         PromptMaker(w, point.target.api, seed, calibration), point.target, w.sampling, model, cell.index, stream,
-        cell.input_tokens, cell.output_tokens, w.ignore_eos, w.min_tokens, files,
+        cell.input_tokens, cell.output_tokens,
+        w.ignore_eos if ignore_eos is None else ignore_eos, w.min_tokens if min_tokens is None else min_tokens,
+        samples, trace,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """A cell's dataset samples or trace rows, read once before it starts."""
+
+    samples: tuple[Sample, ...] = ()
+    trace: tuple[TraceRow, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int | None:
+        return len(self.trace) if self.trace else None
+
+
+def read_sources(point: Scenario, seed: int, counter: datasets.Count | None) -> Sources:
+    """Read the dataset or trace a cell's workload names (``counter`` counts tokens)."""
+    from loadgen.workload.trace import read_trace
+
+    w = point.workload
+    if w.trace is not None:
+        limit = w.num_prompts if "num_prompts" in w.model_fields_set else None  # else the whole trace
+        rows = read_trace(w.trace.file, w.trace.speedup, limit)
+        return Sources(trace=tuple(rows))
+    dataset = dataset_of(w)
+    if dataset is None:
+        return Sources()
+    loaded = datasets.load(dataset, w.num_prompts, seed, counter)
+    return Sources(samples=loaded.samples, notes=loaded.notes)
 
 
 def prepare_requests(
     scenario: Scenario, cell: Cell, model: str, calibration: TextCalibration, seed: int,
-    stream: Stream = Stream.MEASURED, count: int | None = None,
+    stream: Stream = Stream.MEASURED, count: int | None = None, sources: Sources | None = None,
+    **flags: bool | None,
 ) -> RequestPool:
     """The cell's requests of ``stream``, serialised before the measured window (``count``
-    defaults to the workload's num_prompts)."""
-    maker = request_maker(scenario, cell, model, calibration, seed, stream)
+    defaults to the workload's num_prompts; a trace's rows, when there is one)."""
     point = cell.point or scenario
-    return RequestPool(maker, point.workload.num_prompts if count is None else count)
+    if sources is None and stream == Stream.MEASURED and point.workload.source != "generated":
+        sources = read_sources(point, seed, None)
+    maker = request_maker(scenario, cell, model, calibration, seed, stream, sources, **flags)
+    if count is None:
+        count = (sources.count if sources is not None else None) or point.workload.num_prompts
+    return RequestPool(maker, count)

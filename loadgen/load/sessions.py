@@ -1,0 +1,81 @@
+"""Multi-turn chat sessions: each turn sends the whole conversation so far, with the answers
+the server actually gave, after the user's think time, on the connection the session holds.
+
+``SessionRunner`` stands in for the client in the dispatcher: one ``send`` runs one session,
+so the schedule starts sessions, the concurrency limit counts sessions in flight, and a stop
+cancels them like requests (the turn in flight is recorded as cancelled). Turn ``t`` of
+session ``s`` is request ``s * turns + t``; its user message is generated text of the cell's
+input length, unique like every prompt of the run, so only the conversation's own history is
+shared with earlier requests: the part a prefix cache is there to serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loadgen.load.client import StreamingClient
+from loadgen.results.records import RequestRecord
+from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
+from loadgen.workload.prompts import RequestMaker
+
+
+@dataclass(frozen=True, slots=True)
+class Turns:
+    maker: RequestMaker
+    turns: int
+    think_time_s: float
+
+
+class SessionRunner:
+    """Runs whole sessions where the dispatcher sends requests."""
+
+    def __init__(self, client: StreamingClient, turns: Turns) -> None:
+        self.client = client
+        self.turns = turns
+
+    def body(self, history: list[dict[str, str]], max_tokens: int) -> bytes:
+        m = self.turns.maker
+        payload = build_payload(
+            "chat", m.model, Prompt(None, messages=tuple(history)), max_tokens, sampling=m.sampling,
+            ignore_eos=m.ignore_eos, min_tokens=m.min_tokens,
+            continuous_usage_stats=m.target.continuous_usage_stats, target=m.target,
+        )
+        return encode_payload(payload)
+
+    async def send(
+        self, req: PreparedRequest, session: int, scheduled_ns: int, emit: Callable[[RequestRecord], None],
+        slot_ns: int | None = None,
+    ) -> None:
+        """Session ``session``: its turns one after another; it ends early at a failed turn."""
+        m, k = self.turns.maker, self.turns.turns
+        history: list[dict[str, str]] = []
+        hold: list[object | None] = [None]
+        try:
+            for t in range(k):
+                index = session * k + t
+                prompt, out = m.prompt(index)
+                assert prompt.text is not None
+                history.append({"role": "user", "content": prompt.text})
+                turn = PreparedRequest(m.cell, self.body(history, out), None, out, warmup=req.warmup, turn=t)
+                answer: list[str] = []
+                seen: list[RequestRecord] = []
+
+                def keep(r: RequestRecord, seen: list[RequestRecord] = seen) -> None:
+                    seen.append(r)
+                    emit(r)
+
+                await self.client.send(
+                    turn, index, scheduled_ns, keep, slot_ns if t == 0 else None, answer=answer,
+                    hold=hold,  # type: ignore[arg-type]
+                )
+                if not seen or not seen[-1].ok:
+                    return
+                history.append({"role": "assistant", "content": "".join(answer)})
+                if t + 1 < k and self.turns.think_time_s > 0:
+                    await asyncio.sleep(self.turns.think_time_s)
+                scheduled_ns = time.perf_counter_ns()  # the next turn is due when the user is done thinking
+        finally:
+            self.client.release(hold)  # type: ignore[arg-type]

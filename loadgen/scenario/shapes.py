@@ -1,0 +1,125 @@
+"""Workload shapes of a scenario: length distributions, datasets, shared prefixes, multi-turn
+sessions, traces, ramp-up and stages (re-exported by ``loadgen.scenario.schema``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Lengths(_Model):
+    """How request lengths spread around the cell's ``input_tokens`` / ``output_tokens``.
+
+    ``fixed``: exactly that; ``uniform``: integers in [floor(n(1-r)), ceil(n(1+r))] (vLLM's
+    range ratio r); ``normal``: mean n, ``stdev``; ``lognormal``: median n, ``sigma``;
+    ``histogram``: a CSV file of ``length,weight`` rows (n is then ignored). Draws are
+    clipped to [``min``, ``max``] and are reproducible from the run's seed.
+    """
+
+    kind: Literal["fixed", "uniform", "normal", "lognormal", "histogram"] = "fixed"
+    range_ratio: float = Field(0.0, ge=0, lt=1)
+    stdev: float = Field(0.0, ge=0)
+    sigma: float = Field(0.0, ge=0)
+    file: Path | None = None
+    min: int = Field(1, ge=1)
+    max: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Lengths:
+        if self.kind == "histogram" and self.file is None:
+            raise ValueError("kind histogram needs file: a CSV of length,weight rows")
+        if self.kind != "histogram" and self.file is not None:
+            raise ValueError(f"file is for kind histogram, not {self.kind}")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
+class Dataset(_Model):
+    """Prompts from a dataset instead of generated text.
+
+    ``sharegpt``: a JSON list of ``{id, conversations: [{from, value}, ...]}`` sampled as vLLM's
+    benchmark does (first turn the prompt, second the answer whose token count is the output
+    length; the same length filters; shuffled by the seed unless ``shuffle: false``);
+    ``jsonl``: one object per line with ``prompt``, ``messages`` or ``prompt_token_ids`` and
+    optionally ``output_tokens``; ``hf``: a Hugging Face dataset (``name`` a hub id or a
+    directory written by ``save_to_disk``), its ``column`` the prompt (default: the first of
+    prompt, question, instruction, text, input, conversations).
+    """
+
+    kind: Literal["sharegpt", "jsonl", "hf"]
+    path: Path | None = None
+    name: str | None = None
+    split: str = "train"
+    subset: str | None = None
+    column: str | None = None
+    shuffle: bool = True
+    # every request asks for this many tokens, whatever the dataset says
+    output_tokens: int | None = Field(None, ge=1)
+    # skip records that cannot be read (and say how many) instead of stopping at the first
+    skip_invalid: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> Dataset:
+        if self.kind in ("sharegpt", "jsonl") and self.path is None:
+            raise ValueError(f"dataset kind {self.kind} needs path: the file to read")
+        if self.kind == "hf" and self.name is None and self.path is None:
+            raise ValueError("dataset kind hf needs name: a hub id or a save_to_disk directory")
+        return self
+
+
+class SharedPrefix(_Model):
+    """``prefixes`` shared openings of ``tokens`` tokens; request i opens with prefix i mod N
+    and goes on with content of its own (the engine's prefix cache is meant to hit)."""
+
+    prefixes: int = Field(1, ge=1)
+    tokens: int = Field(..., ge=1)
+
+
+class MultiTurn(_Model):
+    """Chat sessions of ``turns`` requests; each turn sends the whole history with the answers
+    the server gave, ``think_time_s`` after the previous answer, on the session's connection.
+    ``num_prompts`` counts sessions; concurrency counts sessions in flight; rate starts sessions."""
+
+    turns: int = Field(..., ge=1)
+    think_time_s: float = Field(0.0, ge=0)
+
+
+class Trace(_Model):
+    """A request trace replayed on its timestamps: JSONL rows of ``timestamp`` (ms),
+    ``input_length``, ``output_length`` and optional ``hash_ids`` (the Mooncake layout: equal
+    ids are the same block of ``block_tokens`` tokens, so they become equal prompt content)."""
+
+    file: Path
+    speedup: float = Field(1.0, gt=0)
+    block_tokens: int = Field(512, ge=1)
+
+
+class RampUp(_Model):
+    """The rate of request i of N goes from ``start_rate`` to ``end_rate`` (linear:
+    start + (end - start) * i / (N - 1); exponential: start * (end / start) ** (i / (N - 1))),
+    as vLLM's ``--ramp-up-strategy``."""
+
+    strategy: Literal["linear", "exponential"] = "linear"
+    start_rate: float = Field(..., gt=0)
+    end_rate: float = Field(..., gt=0)
+
+
+class Stage(_Model):
+    """One stage of a staged load: ``duration_s`` at a ``rate`` and/or a ``concurrency``."""
+
+    duration_s: float = Field(..., gt=0)
+    rate: float | None = Field(None, gt=0)
+    concurrency: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Stage:
+        if self.rate is None and self.concurrency is None:
+            raise ValueError("a stage needs a rate, a concurrency or both")
+        return self
