@@ -134,6 +134,31 @@ def run(
         raise typer.Exit(130)
 
 
+bench_app = typer.Typer(help="vLLM's benchmark command lines, run by loadgen.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command(
+    "serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+@handles_errors
+def bench_serve(ctx: typer.Context) -> None:
+    """Take `vllm bench serve`'s command line (e.g. --backend openai --base-url URL --dataset-name
+    sharegpt --dataset-path FILE --num-prompts 500 --max-concurrency 32 --save-result) and measure
+    it with loadgen; --save-result writes vLLM's result JSON, --save-scenario FILE the scenario."""
+    from loadgen.bench.args import parser
+    from loadgen.bench.serve import bench_serve as run_bench
+    from loadgen.report.progress import ProgressObserver
+
+    if any(a in ("-h", "--help") for a in ctx.args):
+        _print_text(parser().format_help().replace("usage: ", "usage: ", 1))
+        return
+    run_bench(list(ctx.args), _print_text, lambda line: err().print(line, markup=False, highlight=False,
+                                                                   soft_wrap=True),
+              lambda: ProgressObserver(err()))
+
+
 def _print_text(text: str) -> None:
     out().print(text, markup=False, highlight=False, soft_wrap=True)
 

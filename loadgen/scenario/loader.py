@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from loadgen.errors import ScenarioError
 from loadgen.scenario.matrix import expand_cells
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
-from loadgen.scenario.schema import AXES, SERVE_LIST_KEYS, PromptFile, Scenario
+from loadgen.scenario.schema import AXES, SERVE_LIST_KEYS, PromptFile, Scenario, Workload
 
 
 def _serve_lists_to_matrix(data: dict[str, Any]) -> dict[str, Any]:
@@ -75,15 +75,41 @@ def load_scenario(path: Path | str, overrides: list[str] | None = None) -> Scena
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ScenarioError(f"{path}: not valid YAML{where}") from exc
     scenario = parse_scenario(data, str(path), overrides)
-    prompt = scenario.workload.prompt
-    if isinstance(prompt, PromptFile):
-        file = prompt.file if prompt.file.is_absolute() else path.parent / prompt.file
-        if not file.is_file():
-            raise ScenarioError(
-                f"{path}: workload.prompt.file -> no such file {str(file)!r}; "
-                "give a JSONL path relative to the scenario file"
-            )
-        new_workload = scenario.workload.model_copy(update={"prompt": PromptFile(file=file)})
-        scenario = scenario.model_copy(update={"workload": new_workload})
+    scenario = scenario.model_copy(update={"workload": resolve_files(scenario.workload, path)})
     expand_cells(scenario, source=str(path))  # a matrix point that is not valid fails here, not mid-run
     return scenario
+
+
+def _beside(file: Path, scenario_path: Path, field: str, what: str) -> Path:
+    resolved = file if file.is_absolute() else scenario_path.parent / file
+    if not resolved.is_file():
+        raise ScenarioError(
+            f"{scenario_path}: {field} -> no such file {str(resolved)!r}; "
+            f"give {what} (a path relative to the scenario file)"
+        )
+    return resolved
+
+
+def resolve_files(w: Workload, path: Path) -> Workload:
+    """The workload with every file it names resolved beside the scenario file, each checked
+    to exist before anything is started."""
+    update: dict[str, Any] = {}
+    if isinstance(w.prompt, PromptFile):
+        update["prompt"] = PromptFile(file=_beside(w.prompt.file, path, "workload.prompt.file", "a JSONL file"))
+    if w.dataset is not None and w.dataset.path is not None:
+        local = w.dataset.path if w.dataset.path.is_absolute() else path.parent / w.dataset.path
+        if w.dataset.kind == "hf":
+            if local.is_dir():
+                update["dataset"] = w.dataset.model_copy(update={"path": local})
+        else:
+            update["dataset"] = w.dataset.model_copy(update={
+                "path": _beside(w.dataset.path, path, "workload.dataset.path", f"the {w.dataset.kind} file")})
+    if w.trace is not None:
+        update["trace"] = w.trace.model_copy(update={
+            "file": _beside(w.trace.file, path, "workload.trace.file", "a JSONL trace")})
+    for key in ("input_dist", "output_dist"):
+        dist = getattr(w, key)
+        if dist.file is not None:
+            update[key] = dist.model_copy(update={
+                "file": _beside(dist.file, path, f"workload.{key}.file", "a CSV of length,weight rows")})
+    return w.model_copy(update=update) if update else w

@@ -1,0 +1,1 @@
+"""``loadgen bench serve``: vLLM's ``bench serve`` command line, run by loadgen."""

@@ -1,0 +1,239 @@
+"""``vllm bench serve``'s flags -> a loadgen scenario.
+
+The flags people use are taken with vLLM's defaults (1000 prompts, the random dataset at
+1024 in / 128 out, rate inf, no concurrency cap, seed 0, no warmup, ignore_eos off, min_tokens
+never sent); a vLLM flag loadgen does not take is a one-line error naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from loadgen.errors import UsageError
+
+# vllm bench serve flags loadgen does not take (their features are vLLM-specific or unused here)
+NOT_TAKEN = (
+    "--trust-remote-code", "--no-stream", "--no-oversample", "--skip-chat-template", "--enable-multimodal-chat",
+    "--custom-ensure-client-side-data", "--spec-bench-output-len", "--spec-bench-category", "--self-timed",
+    "--timed-trace-chunk-hash-size", "--timed-trace-sec-multiplier", "--blazedit-min-distance",
+    "--blazedit-max-distance", "--asr-max-audio-len-sec", "--asr-min-audio-len-sec", "--random-batch-size",
+    "--no-reranker", "--random-mm-base-items-per-request", "--random-mm-num-mm-items-range-ratio",
+    "--random-mm-limit-mm-per-prompt", "--random-mm-bucket-config", "--bfcl-categories",
+    "--speed-bench-dataset-subset", "--speed-bench-output-len", "--speed-bench-category", "--tokenizer-mode",
+    "--use-beam-search", "--logprobs", "--probe-request-rate", "--profile", "--append-result",
+    "--request-id-prefix", "--lora-modules", "--lora-assignment", "--skip-tokenizer-init", "--insecure",
+    "--plot-timeline", "--timeline-itl-thresholds", "--plot-dataset-stats", "--log-config-file",
+    "--ready-check-timeout-sec",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"loadgen bench serve: {message}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="loadgen bench serve", add_help=False, allow_abbrev=False)
+    a = p.add_argument
+    a("--backend", choices=("openai", "openai-chat", "vllm", "vllm-chat"), default="openai")
+    a("--base-url")
+    a("--host", default="127.0.0.1")
+    a("--port", type=int, default=8000)
+    a("--endpoint", default=None)
+    a("--model")
+    a("--served-model-name")
+    a("--tokenizer")
+    a("--dataset-name", choices=("random", "sharegpt", "custom", "prefix_repetition", "hf"), default="random")
+    a("--dataset-path")
+    a("--disable-shuffle", action="store_true")
+    a("--num-prompts", type=int, default=1000)
+    a("--input-len", type=int)
+    a("--output-len", type=int)
+    a("--random-input-len", type=int, default=1024)
+    a("--random-output-len", type=int, default=128)
+    a("--random-range-ratio", type=float, default=0.0)
+    a("--random-prefix-len", type=int, default=0)
+    a("--sharegpt-output-len", type=int)
+    a("--custom-output-len", type=int, default=256)
+    a("--prefix-repetition-prefix-len", type=int, default=256)
+    a("--prefix-repetition-suffix-len", type=int, default=256)
+    a("--prefix-repetition-num-prefixes", type=int, default=10)
+    a("--prefix-repetition-output-len", type=int, default=128)
+    a("--hf-name")
+    a("--hf-split")
+    a("--hf-subset")
+    a("--hf-output-len", type=int)
+    a("--request-rate", type=float, default=float("inf"))
+    a("--burstiness", type=float, default=1.0)
+    a("--max-concurrency", type=int)
+    a("--ramp-up-strategy", choices=("linear", "exponential"))
+    a("--ramp-up-start-rps", type=int)
+    a("--ramp-up-end-rps", type=int)
+    a("--num-warmups", type=int, default=0)
+    a("--ignore-eos", action="store_true")
+    a("--temperature", type=float)
+    a("--top-p", type=float)
+    a("--top-k", type=int)
+    a("--min-p", type=float)
+    a("--frequency-penalty", type=float)
+    a("--presence-penalty", type=float)
+    a("--repetition-penalty", type=float)
+    a("--extra-body")
+    a("--chat-template-kwargs")
+    a("--header", nargs="+", default=[])
+    a("--goodput", nargs="+", default=[])
+    a("--percentile-metrics", default="ttft,tpot,itl")
+    a("--metric-percentiles", default="99")
+    a("--seed", type=int, default=0)
+    a("--save-result", action="store_true")
+    a("--save-detailed", action="store_true")
+    a("--result-dir")
+    a("--result-filename")
+    a("--label")
+    a("--metadata", nargs="+", default=[])
+    a("--disable-tqdm", action="store_true")
+    a("--save-scenario")
+    a("--out")
+    return p
+
+
+@dataclass(frozen=True, slots=True)
+class BenchArgs:
+    ns: argparse.Namespace
+    scenario: dict[str, Any]  # the equivalent scenario, as YAML data
+    base_url: str
+    percentile_metrics: list[str]
+    percentiles: list[float]
+    goodput: dict[str, float]
+
+
+def _json(flag: str, text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise UsageError(
+            f"{flag}: not valid JSON ({text[:80]!r}); give an object, e.g. {flag} '{{\"top_k\": 20}}'"
+        ) from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag}: give a JSON object, e.g. {flag} '{{\"top_k\": 20}}'")
+    return value
+
+
+def _pairs(flag: str, items: list[str], sep: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, found, value = item.partition(sep)
+        if not found or not key.strip():
+            raise UsageError(f"{flag} {item!r}: expected KEY{sep}VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse(argv: list[str]) -> BenchArgs:
+    """vLLM's flags -> the scenario loadgen runs (a one-line error for anything else)."""
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag in NOT_TAKEN:
+            raise UsageError(f"loadgen bench serve: {flag} is a vllm bench serve flag that loadgen does not take")
+    ns, extra = parser().parse_known_args(argv)
+    if extra:
+        raise UsageError(
+            f"loadgen bench serve: {extra[0]} is not a flag it takes (vllm bench serve's flags; see --help)"
+        )
+    chat = ns.backend.endswith("chat") or (ns.endpoint or "").endswith("/chat/completions")
+    endpoint = ns.endpoint or ("/v1/chat/completions" if chat else "/v1/completions")
+    prefix = endpoint.removesuffix("/chat/completions").removesuffix("/completions")
+    root = (ns.base_url or f"http://{ns.host}:{ns.port}").rstrip("/")
+    base_url = root + prefix
+
+    metrics = [m.strip() for m in ns.percentile_metrics.split(",") if m.strip()]
+    unknown = [m for m in metrics if m not in ("ttft", "tpot", "itl", "e2el", "client_queue_time")]
+    if unknown:
+        raise UsageError(f"--percentile-metrics: unknown metric {unknown[0]!r}; choose from ttft, tpot, itl, e2el")
+    try:
+        percentiles = [float(p) for p in ns.metric_percentiles.split(",")]
+    except ValueError:
+        raise UsageError(f"--metric-percentiles {ns.metric_percentiles!r}: give numbers, e.g. 50,90,99") from None
+    goodput: dict[str, float] = {}
+    for key, value in _pairs("--goodput", ns.goodput, ":").items():
+        if key not in ("ttft", "tpot", "e2el"):
+            raise UsageError(f"--goodput {key}: choose ttft, tpot or e2el (milliseconds)")
+        try:
+            goodput[key] = float(value)
+        except ValueError:
+            raise UsageError(f"--goodput {key}:{value}: the value is milliseconds") from None
+
+    workload: dict[str, Any] = {"num_prompts": ns.num_prompts, "ignore_eos": ns.ignore_eos, "min_tokens": False}
+    name = ns.dataset_name
+    inp = ns.input_len or ns.random_input_len
+    out = ns.output_len or ns.random_output_len
+    if name == "random":
+        workload.update(input_tokens=inp, output_tokens=out)
+        if ns.random_range_ratio:
+            dist = {"kind": "uniform", "range_ratio": ns.random_range_ratio}
+            workload.update(input_dist=dist, output_dist=dist)
+        if ns.random_prefix_len:
+            workload["shared_prefix"] = {"prefixes": 1, "tokens": ns.random_prefix_len}
+    elif name == "prefix_repetition":
+        workload.update(input_tokens=ns.prefix_repetition_suffix_len, output_tokens=ns.prefix_repetition_output_len,
+                        shared_prefix={"prefixes": ns.prefix_repetition_num_prefixes,
+                                       "tokens": ns.prefix_repetition_prefix_len})
+    else:
+        if ns.dataset_path is None and not (name == "hf" and ns.hf_name):
+            raise UsageError(f"--dataset-name {name} needs --dataset-path")
+        dataset: dict[str, Any] = {"kind": {"custom": "jsonl"}.get(name, name), "shuffle": not ns.disable_shuffle}
+        if name == "hf":
+            dataset["name"] = ns.hf_name or ns.dataset_path
+            dataset["split"] = ns.hf_split or "train"
+            if ns.hf_subset:
+                dataset["subset"] = ns.hf_subset
+            fixed = ns.hf_output_len
+        else:
+            dataset["path"] = ns.dataset_path
+            fixed = ns.sharegpt_output_len if name == "sharegpt" else ns.custom_output_len
+        if fixed is not None:
+            dataset["output_tokens"] = fixed
+        workload["dataset"] = dataset
+        if ns.output_len:
+            dataset["output_tokens"] = ns.output_len
+    if ns.tokenizer or ns.model:
+        workload["tokenizer"] = ns.tokenizer or ns.model
+    sampling = {k: getattr(ns, k) for k in (
+        "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+    ) if getattr(ns, k) is not None}
+    if sampling:
+        workload["sampling"] = sampling
+
+    extra_body = _json("--extra-body", ns.extra_body)
+    if ns.chat_template_kwargs:
+        extra_body["chat_template_kwargs"] = _json("--chat-template-kwargs", ns.chat_template_kwargs)
+    target: dict[str, Any] = {"api": "chat" if chat else "completions", "base_url": base_url,
+                              "model": ns.served_model_name or ns.model or "auto"}
+    if extra_body:
+        target["extra_body"] = extra_body
+    if ns.header:
+        target["headers"] = _pairs("--header", ns.header, "=")
+
+    load: dict[str, Any] = {
+        "concurrency": ns.max_concurrency or "unlimited",
+        "warmup_requests": ns.num_warmups,
+        "burstiness": ns.burstiness,
+        "arrival": "poisson" if ns.burstiness == 1 else "gamma",
+    }
+    if ns.ramp_up_strategy is not None:
+        if ns.ramp_up_start_rps is None or ns.ramp_up_end_rps is None:
+            raise UsageError("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps")
+        load["ramp_up"] = {"strategy": ns.ramp_up_strategy, "start_rate": ns.ramp_up_start_rps,
+                           "end_rate": ns.ramp_up_end_rps}
+    elif ns.request_rate != float("inf"):
+        load["rate"] = ns.request_rate
+    scenario: dict[str, Any] = {"name": ns.label or "bench", "seed": ns.seed, "target": target,
+                                "workload": workload, "load": load}
+    if goodput:
+        scenario["slo"] = {("e2e" if k == "e2el" else k) + "_ms": v for k, v in goodput.items()}
+    return BenchArgs(ns, scenario, base_url, metrics, percentiles, goodput)

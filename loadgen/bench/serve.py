@@ -1,0 +1,101 @@
+"""``loadgen bench serve``: run what a ``vllm bench serve`` command line asks for, print vLLM's
+result block, and with ``--save-result`` write vLLM's result JSON with the run directory
+beside it (``<result file stem>/``: records, summary, provenance)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from loadgen.bench.args import BenchArgs, parse
+from loadgen.errors import UsageError
+from loadgen.load.run import QuietObserver, execute
+from loadgen.report.progress import ProgressObserver
+from loadgen.report.summary import render_markdown
+from loadgen.results.records import read_records
+from loadgen.results.rundir import RECORDS, default_run_dir
+from loadgen.results.vllm_result import result_text, vllm_result
+from loadgen.scenario.loader import parse_scenario, resolve_files
+from loadgen.scenario.redact import dump_scenario
+from loadgen.scenario.schema import Scenario
+
+
+def result_filename(b: BenchArgs, model: str, stamp: str) -> Path:
+    """vLLM's file name: ``LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json`` in --result-dir."""
+    ns = b.ns
+    base = model.split("/")[-1]
+    conc = f"-concurrency{ns.max_concurrency}" if ns.max_concurrency is not None else ""
+    label = ns.label or ns.backend
+    if ns.ramp_up_strategy is not None:
+        name = (f"{label}-ramp-up-{ns.ramp_up_strategy}-{ns.ramp_up_start_rps}qps-{ns.ramp_up_end_rps}qps"
+                f"{conc}-{base}-{stamp}.json")
+    else:
+        name = f"{label}-{ns.request_rate}qps{conc}-{base}-{stamp}.json"
+    name = ns.result_filename or name
+    return Path(ns.result_dir or ".") / name
+
+
+def header(b: BenchArgs, model: str, stamp: str) -> dict[str, Any]:
+    ns = b.ns
+    out: dict[str, Any] = {
+        "date": stamp, "endpoint_type": ns.backend, "backend": ns.backend, "label": ns.label, "model_id": model,
+        "tokenizer_id": ns.tokenizer or ns.model or model, "num_prompts": ns.num_prompts,
+    }
+    for item in ns.metadata:
+        key, found, value = item.partition("=")
+        if not found:
+            raise UsageError(f"--metadata {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    out["request_rate"] = ns.request_rate if ns.request_rate < float("inf") else "inf"
+    out["burstiness"] = ns.burstiness
+    out["max_concurrency"] = ns.max_concurrency
+    if ns.ramp_up_strategy is not None:
+        out.update(ramp_up_strategy=ns.ramp_up_strategy, ramp_up_start_rps=ns.ramp_up_start_rps,
+                   ramp_up_end_rps=ns.ramp_up_end_rps)
+    return out
+
+
+def scenario_of(b: BenchArgs) -> Scenario:
+    sc = parse_scenario(b.scenario, "loadgen bench serve")
+    return sc.model_copy(update={"workload": resolve_files(sc.workload, Path.cwd() / "flags")})
+
+
+def bench_serve(
+    argv: list[str], show: Callable[[str], None], message: Callable[[str], None],
+    progress: Callable[[], ProgressObserver],
+) -> dict[str, Any]:
+    """Run the benchmark; ``show`` prints the result block, ``message`` a line to stderr,
+    ``progress`` makes the progress bar (unless --disable-tqdm). Returns vLLM's result."""
+    b = parse(argv)
+    sc = scenario_of(b)
+    if b.ns.save_scenario:
+        Path(b.ns.save_scenario).write_text(dump_scenario(sc))
+        message(f"scenario written to {b.ns.save_scenario} (loadgen run {b.ns.save_scenario} measures the same)")
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    planned = result_filename(b, sc.target.model, stamp) if b.ns.save_result else None
+    run_dir = Path(b.ns.out) if b.ns.out else (planned.with_suffix("") if planned else default_run_dir(sc))
+    bar = None if b.ns.disable_tqdm else progress()
+    try:
+        result = execute(sc, run_dir, observer=bar or QuietObserver(), render_report=render_markdown)
+    finally:
+        if bar is not None:
+            bar.close()
+    records = list(read_records(run_dir / RECORDS))
+    model = str(result.summary.model or sc.target.model)
+    data = header(b, model, stamp)
+    data.update(vllm_result(
+        records, percentile_metrics=b.percentile_metrics, percentiles=b.percentiles, goodput=b.goodput or None,
+        max_concurrency=b.ns.max_concurrency, detailed=b.ns.save_detailed,
+    ))
+    show(result_text(data, b.percentile_metrics))
+    if b.ns.save_result:
+        path = result_filename(b, model, stamp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+        message(f"result: {path} (vLLM's layout); run directory: {run_dir}")
+    else:
+        message(f"run directory: {run_dir}")
+    return data
