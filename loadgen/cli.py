@@ -78,7 +78,24 @@ def print_summary(summary: Summary) -> None:
 @app.command()
 @handles_errors
 def run(
-    scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
+    scenario: Annotated[
+        Path | None, typer.Argument(help="scenario YAML file (optional: flags alone describe a plain run)")
+    ] = None,
+    concurrency: Annotated[
+        str | None, typer.Option(metavar="N", help="requests in flight (load.concurrency), e.g. 64 or unlimited")
+    ] = None,
+    rate: Annotated[float | None, typer.Option(metavar="RPS", help="requests per second (load.rate)")] = None,
+    input_len: Annotated[
+        int | None, typer.Option(metavar="TOKENS", help="prompt tokens (workload.input_tokens)")
+    ] = None,
+    output_len: Annotated[
+        int | None, typer.Option(metavar="TOKENS", help="output tokens (workload.output_tokens)")
+    ] = None,
+    num_prompts: Annotated[
+        int | None, typer.Option(metavar="N", help="requests per cell (workload.num_prompts)")
+    ] = None,
+    api: Annotated[str | None, typer.Option(metavar="API", help="completions or chat (target.api)")] = None,
+    model: Annotated[str | None, typer.Option(metavar="ID", help="model id to send (target.model)")] = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="server to measure, e.g. http://127.0.0.1:8000/v1")
     ] = None,
@@ -100,11 +117,21 @@ def run(
     from loadgen.report.progress import ProgressObserver
     from loadgen.report.views import published_tables, render_tables
     from loadgen.results.rundir import default_run_dir
-    from loadgen.scenario.loader import load_scenario
+    from loadgen.scenario.loader import load_scenario, parse_scenario
     from loadgen.servers.catalogue import check_models
 
-    sc = load_scenario(scenario, overrides or [])
-    check_models(sc, str(scenario))
+    flags = {"load.concurrency": concurrency, "load.rate": rate, "workload.input_tokens": input_len,
+             "workload.output_tokens": output_len, "workload.num_prompts": num_prompts, "target.api": api,
+             "target.model": model}
+    sets = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides or [])
+    if scenario is None:
+        if base_url is None:
+            raise UsageError("give a scenario file, or --base-url URL with flags (e.g. --concurrency 64 "
+                             "--input-len 1024 --output-len 128 --num-prompts 500)")
+        sc = parse_scenario({"name": "run"}, "loadgen run", sets)
+    else:
+        sc = load_scenario(scenario, sets)
+    check_models(sc, str(scenario or "loadgen run"))
     if resume is not None and out_dir is not None and resume != out_dir:
         raise UsageError("--resume DIR continues DIR; drop --out")
     run_dir = resume or out_dir or default_run_dir(sc)

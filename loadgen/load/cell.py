@@ -179,7 +179,8 @@ async def _shaped_window(
     sender: Any = client
     plans: list[tuple[LoadPlan, int | None]] = []
     if w.multi_turn is not None:
-        sender = SessionRunner(client, Turns(pool.maker, w.multi_turn.turns, w.multi_turn.think_time_s))
+        sender = SessionRunner(client, Turns(
+            pool.maker, w.multi_turn.turns, w.multi_turn.think_time_s, w.multi_turn.system_tokens))
         offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=seed)
         count = None if ld.duration_s else len(pool)
         plans.append((LoadPlan(pool, offsets, count, cell.concurrency, ld.duration_s), None))

@@ -27,6 +27,7 @@ class Turns:
     maker: RequestMaker
     turns: int
     think_time_s: float
+    system_tokens: int = 0
 
 
 class SessionRunner:
@@ -52,11 +53,15 @@ class SessionRunner:
         """Session ``session``: its turns one after another; it ends early at a failed turn."""
         m, k = self.turns.maker, self.turns.turns
         history: list[dict[str, str]] = []
+        # prompt content is drawn per (session, slot): slots 0..k-1 the turns, slot k the system prompt
+        if self.turns.system_tokens:
+            words = m.prompts.calibration.words_for(self.turns.system_tokens)
+            history.append({"role": "system", "content": m.prompts.text(words, m.cell, m.stream, session * (k + 1) + k)})
         hold: list[object | None] = [None]
         try:
             for t in range(k):
                 index = session * k + t
-                prompt, out = m.prompt(index)
+                prompt, out = m.prompt(session * (k + 1) + t)
                 assert prompt.text is not None
                 history.append({"role": "user", "content": prompt.text})
                 turn = PreparedRequest(m.cell, self.body(history, out), None, out, warmup=req.warmup, turn=t)

@@ -89,6 +89,8 @@ class MultiTurn(_Model):
 
     turns: int = Field(..., ge=1)
     think_time_s: float = Field(0.0, ge=0)
+    # a system prompt of this many tokens opening each session (its own content, per session)
+    system_tokens: int = Field(0, ge=0)
 
 
 class Trace(_Model):
