@@ -56,7 +56,8 @@ class SessionRunner:
         # prompt content is drawn per (session, slot): slots 0..k-1 the turns, slot k the system prompt
         if self.turns.system_tokens:
             words = m.prompts.calibration.words_for(self.turns.system_tokens)
-            history.append({"role": "system", "content": m.prompts.text(words, m.cell, m.stream, session * (k + 1) + k)})
+            system = m.prompts.text(words, m.cell, m.stream, session * (k + 1) + k)
+            history.append({"role": "system", "content": system})
         hold: list[object | None] = [None]
         try:
             for t in range(k):
