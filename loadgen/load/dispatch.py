@@ -93,6 +93,9 @@ async def run_load(
                 break
             if await _wait(stop, (scheduled_ns - time.perf_counter_ns()) / 1e9):
                 break
+            # the event loop's timers may fire up to a millisecond early: never send before the schedule
+            while time.perf_counter_ns() < scheduled_ns:  # noqa: ASYNC110 - a sub-millisecond yield loop
+                await asyncio.sleep(0)
             if sem is not None and sem.locked():
                 acquire = asyncio.ensure_future(sem.acquire())
                 await asyncio.wait({acquire, stop_wait}, return_when=asyncio.FIRST_COMPLETED)

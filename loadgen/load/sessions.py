@@ -54,17 +54,19 @@ class SessionRunner:
         m, k = self.turns.maker, self.turns.turns
         history: list[dict[str, str]] = []
         # prompt content is drawn per (session, slot): slots 0..k-1 the turns, slot k the system prompt
+        per_word = m.prompts.calibration.per_word  # a message's content is sized without the template's tokens
         if self.turns.system_tokens:
-            words = m.prompts.calibration.words_for(self.turns.system_tokens)
+            words = max(1, round(self.turns.system_tokens / per_word))
             system = m.prompts.text(words, m.cell, m.stream, session * (k + 1) + k)
             history.append({"role": "system", "content": system})
         hold: list[object | None] = [None]
         try:
             for t in range(k):
                 index = session * k + t
-                prompt, out = m.prompt(session * (k + 1) + t)
-                assert prompt.text is not None
-                history.append({"role": "user", "content": prompt.text})
+                slot = session * (k + 1) + t
+                inp, out = m.lengths(slot)
+                history.append({"role": "user", "content": m.prompts.text(max(1, round(inp / per_word)), m.cell,
+                                                                          m.stream, slot)})
                 turn = PreparedRequest(m.cell, self.body(history, out), None, out, warmup=req.warmup, turn=t)
                 answer: list[str] = []
                 seen: list[RequestRecord] = []
@@ -81,7 +83,10 @@ class SessionRunner:
                     return
                 history.append({"role": "assistant", "content": "".join(answer)})
                 if t + 1 < k and self.turns.think_time_s > 0:
+                    due = time.perf_counter_ns() + int(self.turns.think_time_s * 1e9)
                     await asyncio.sleep(self.turns.think_time_s)
+                    while time.perf_counter_ns() < due:  # noqa: ASYNC110 - timers may fire a little early
+                        await asyncio.sleep(0)
                 scheduled_ns = time.perf_counter_ns()  # the next turn is due when the user is done thinking
         finally:
             self.client.release(hold)  # type: ignore[arg-type]
