@@ -5,4 +5,4 @@
 set -euo pipefail
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 export CUDA_VISIBLE_DEVICES=0,1
-exec "${PYTHON:-python3}" -m sglang.launch_server --model-path Qwen/Qwen2.5-14B-Instruct --host 127.0.0.1 --port 8000 --served-model-name qwen2.5-14b --tp 2 --dtype bfloat16 --mem-fraction-static 0.9 --context-length 32768 --enable-metrics "$@"
+exec "${PYTHON:-python3}" -m sglang.launch_server --model-path Qwen/Qwen2.5-14B-Instruct --host 127.0.0.1 --port 8000 --served-model-name qwen2.5-14b --tp 2 --dtype bfloat16 --mem-fraction-static 0.9 --context-length 32768 --enable-metrics --enable-cache-report "$@"

@@ -5,4 +5,4 @@
 set -euo pipefail
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 export CUDA_VISIBLE_DEVICES=0,1
-exec vllm serve Qwen/Qwen2-72B-Instruct --host 127.0.0.1 --port 8000 --served-model-name qwen2-72b --tensor-parallel-size 2 --dtype bfloat16 --gpu-memory-utilization 0.9 --max-model-len 32768 "$@"
+exec vllm serve Qwen/Qwen2-72B-Instruct --host 127.0.0.1 --port 8000 --served-model-name qwen2-72b --enable-prompt-tokens-details --tensor-parallel-size 2 --dtype bfloat16 --gpu-memory-utilization 0.9 --max-model-len 32768 "$@"

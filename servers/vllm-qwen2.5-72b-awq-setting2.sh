@@ -5,4 +5,4 @@
 set -euo pipefail
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 export CUDA_VISIBLE_DEVICES=0
-exec vllm serve Qwen/Qwen2.5-72B-Instruct-AWQ --host 127.0.0.1 --port 8000 --served-model-name qwen2.5-72b --tensor-parallel-size 1 --dtype auto --gpu-memory-utilization 1.0 --max-model-len 4096 --enforce-eager "$@"
+exec vllm serve Qwen/Qwen2.5-72B-Instruct-AWQ --host 127.0.0.1 --port 8000 --served-model-name qwen2.5-72b --enable-prompt-tokens-details --tensor-parallel-size 1 --dtype auto --gpu-memory-utilization 1.0 --max-model-len 4096 --enforce-eager "$@"

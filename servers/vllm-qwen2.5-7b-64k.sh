@@ -5,4 +5,4 @@
 set -euo pipefail
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 export CUDA_VISIBLE_DEVICES=0
-exec vllm serve Qwen/Qwen2.5-7B-Instruct --host 127.0.0.1 --port 8000 --served-model-name qwen2.5-7b --tensor-parallel-size 1 --dtype bfloat16 --gpu-memory-utilization 0.9 --max-model-len 65536 --hf-overrides '{"rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}}' "$@"
+exec vllm serve Qwen/Qwen2.5-7B-Instruct --host 127.0.0.1 --port 8000 --served-model-name qwen2.5-7b --enable-prompt-tokens-details --tensor-parallel-size 1 --dtype bfloat16 --gpu-memory-utilization 0.9 --max-model-len 65536 --hf-overrides '{"rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}}' "$@"

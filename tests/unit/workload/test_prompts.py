@@ -131,6 +131,6 @@ def test_malformed_token_ids_in_a_prompt_file_are_refused(tmp_path: Path) -> Non
 
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt_token_ids": [1, "two"]}\n')
-    with pytest.raises(ScenarioError, match=r"p.jsonl:1: prompt_token_ids must be a non-empty list of token ids"):
+    with pytest.raises(ScenarioError, match=r"p.jsonl: line 1: prompt_token_ids must be a non-empty list of token ids"):
         read_prompt_file(path, 10)
     assert isinstance(Prompt(None, text="x"), Prompt)
