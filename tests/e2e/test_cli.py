@@ -157,7 +157,7 @@ def test_serve_dry_run_prints_the_exact_command() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
         "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=3 vllm serve Qwen/Qwen2-72B-Instruct-GPTQ-Int4 --host 127.0.0.1 --port 8000 "
-        "--served-model-name qwen2-72b --tensor-parallel-size 1 --dtype auto "
+        "--served-model-name qwen2-72b --enable-prompt-tokens-details --tensor-parallel-size 1 --dtype auto "
         "--gpu-memory-utilization 1.0 --max-model-len 4096 --enforce-eager"
     )
     proc = loadgen("serve", "qwen2-57b", "--tp", "2", "--dry-run", "--", "--seed", "7")
