@@ -179,7 +179,7 @@ def bench_serve(ctx: typer.Context) -> None:
     from loadgen.report.progress import ProgressObserver
 
     if any(a in ("-h", "--help") for a in ctx.args):
-        _print_text(parser().format_help().replace("usage: ", "usage: ", 1))
+        _print_text(parser().format_help())
         return
     run_bench(list(ctx.args), _print_text, lambda line: err().print(line, markup=False, highlight=False,
                                                                    soft_wrap=True),

@@ -108,6 +108,7 @@ class BenchArgs:
     percentile_metrics: list[str]
     percentiles: list[float]
     goodput: dict[str, float]
+    metadata: dict[str, str]  # --metadata KEY=VALUE, added to the result JSON
 
 
 def _json(flag: str, text: str | None) -> dict[str, Any]:
@@ -168,12 +169,16 @@ def parse(argv: list[str]) -> BenchArgs:
         except ValueError:
             raise UsageError(f"--goodput {key}:{value}: the value is milliseconds") from None
 
+    # --input-len / --output-len stand for every dataset's own length flags, as in vLLM
+    if ns.input_len is not None:
+        ns.random_input_len = ns.input_len
+    if ns.output_len is not None:
+        for flag in ("random", "sharegpt", "custom", "hf", "prefix_repetition"):
+            setattr(ns, f"{flag}_output_len", ns.output_len)
     workload: dict[str, Any] = {"num_prompts": ns.num_prompts, "ignore_eos": ns.ignore_eos, "min_tokens": False}
     name = ns.dataset_name
-    inp = ns.input_len or ns.random_input_len
-    out = ns.output_len or ns.random_output_len
     if name == "random":
-        workload.update(input_tokens=inp, output_tokens=out)
+        workload.update(input_tokens=ns.random_input_len, output_tokens=ns.random_output_len)
         if ns.random_range_ratio:
             dist = {"kind": "uniform", "range_ratio": ns.random_range_ratio}
             workload.update(input_dist=dist, output_dist=dist)
@@ -199,8 +204,6 @@ def parse(argv: list[str]) -> BenchArgs:
         if fixed is not None:
             dataset["output_tokens"] = fixed
         workload["dataset"] = dataset
-        if ns.output_len:
-            dataset["output_tokens"] = ns.output_len
     if ns.tokenizer or ns.model:
         workload["tokenizer"] = ns.tokenizer or ns.model
     sampling = {k: getattr(ns, k) for k in (
@@ -236,4 +239,4 @@ def parse(argv: list[str]) -> BenchArgs:
                                 "workload": workload, "load": load}
     if goodput:
         scenario["slo"] = {("e2e" if k == "e2el" else k) + "_ms": v for k, v in goodput.items()}
-    return BenchArgs(ns, scenario, base_url, metrics, percentiles, goodput)
+    return BenchArgs(ns, scenario, base_url, metrics, percentiles, goodput, _pairs("--metadata", ns.metadata, "="))

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.bench.args import BenchArgs, parse
-from loadgen.errors import UsageError
 from loadgen.load.run import QuietObserver, execute
 from loadgen.report.progress import ProgressObserver
 from loadgen.report.summary import render_markdown
@@ -44,11 +43,7 @@ def header(b: BenchArgs, model: str, stamp: str) -> dict[str, Any]:
         "date": stamp, "endpoint_type": ns.backend, "backend": ns.backend, "label": ns.label, "model_id": model,
         "tokenizer_id": ns.tokenizer or ns.model or model, "num_prompts": ns.num_prompts,
     }
-    for item in ns.metadata:
-        key, found, value = item.partition("=")
-        if not found:
-            raise UsageError(f"--metadata {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
+    out.update(b.metadata)
     out["request_rate"] = ns.request_rate if ns.request_rate < float("inf") else "inf"
     out["burstiness"] = ns.burstiness
     out["max_concurrency"] = ns.max_concurrency
@@ -59,6 +54,7 @@ def header(b: BenchArgs, model: str, stamp: str) -> dict[str, Any]:
 
 
 def scenario_of(b: BenchArgs) -> Scenario:
+    """The flags' scenario, its files resolved against the working directory (as vLLM reads them)."""
     sc = parse_scenario(b.scenario, "loadgen bench serve")
     return sc.model_copy(update={"workload": resolve_files(sc.workload, Path.cwd() / "flags")})
 
@@ -94,6 +90,10 @@ def bench_serve(
     if b.ns.save_result:
         path = result_filename(b, model, stamp)
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not b.ns.out and run_dir != path.with_suffix(""):
+            # the file name holds the model the server named (unknown before the run): the run
+            # directory takes the same name, so the two lie side by side
+            run_dir = run_dir.rename(path.with_suffix(""))
         path.write_text(json.dumps(data))
         message(f"result: {path} (vLLM's layout); run directory: {run_dir}")
     else:

@@ -19,7 +19,7 @@ from loadgen.load.client import StreamingClient
 from loadgen.load.dispatch import LoadPlan, run_load
 from loadgen.load.schedule import iter_offsets, ramp_offsets
 from loadgen.load.selfcheck import ClientMonitor
-from loadgen.load.sessions import SessionRunner, Turns
+from loadgen.load.sessions import SessionPool, SessionRunner, Turns
 from loadgen.load.target import unusable
 from loadgen.load.workers import resolve_workers, run_workers, worker_jobs
 from loadgen.results.records import RequestRecord
@@ -183,7 +183,8 @@ async def _shaped_window(
             pool.maker, w.multi_turn.turns, w.multi_turn.think_time_s, w.multi_turn.system_tokens))
         offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=seed)
         count = None if ld.duration_s else len(pool)
-        plans.append((LoadPlan(pool, offsets, count, cell.concurrency, ld.duration_s), None))
+        sessions = SessionPool(cell.index, len(pool))
+        plans.append((LoadPlan(sessions, offsets, count, cell.concurrency, ld.duration_s), None))
         total = None if count is None else count * w.multi_turn.turns
     elif pool.maker.trace:
         rows = pool.maker.trace

@@ -316,6 +316,11 @@ class StreamingClient:
         else:
             self._free.append(conn)
 
+    @staticmethod
+    def holder() -> list[_Connection | None]:
+        """An empty holder for ``send(hold=...)``: the connection a session keeps between turns."""
+        return [None]
+
     def release(self, hold: list[_Connection | None]) -> None:
         """A held connection back to the pool (the end of a session)."""
         if hold and hold[0] is not None:

@@ -96,8 +96,9 @@ async def run_load(
             # the event loop's timers may fire up to a millisecond early: never send before the schedule
             while time.perf_counter_ns() < scheduled_ns:  # noqa: ASYNC110 - a sub-millisecond yield loop
                 await asyncio.sleep(0)
-            waited = sem is not None and sem.locked()
+            waited = False
             if sem is not None and sem.locked():
+                waited = True
                 acquire = asyncio.ensure_future(sem.acquire())
                 await asyncio.wait({acquire, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
                 if not acquire.done():

@@ -30,6 +30,21 @@ class Turns:
     system_tokens: int = 0
 
 
+class SessionPool:
+    """What the dispatcher hands the session runner for session i: a stand-in request saying
+    only whether it is a warmup (each turn's body is made from the answers so far)."""
+
+    def __init__(self, cell: int, count: int, warmup: bool = False) -> None:
+        self.count = count
+        self.marker = PreparedRequest(cell, b"", None, 0, warmup=warmup)
+
+    def __getitem__(self, i: int) -> PreparedRequest:
+        return self.marker
+
+    def __len__(self) -> int:
+        return self.count
+
+
 class SessionRunner:
     """Runs whole sessions where the dispatcher sends requests."""
 
@@ -59,7 +74,7 @@ class SessionRunner:
             words = max(1, round(self.turns.system_tokens / per_word))
             system = m.prompts.text(words, m.cell, m.stream, session * (k + 1) + k)
             history.append({"role": "system", "content": system})
-        hold: list[object | None] = [None]
+        hold = self.client.holder()
         try:
             for t in range(k):
                 index = session * k + t
@@ -76,8 +91,7 @@ class SessionRunner:
                     emit(r)
 
                 await self.client.send(
-                    turn, index, scheduled_ns, keep, slot_ns if t == 0 else None, answer=answer,
-                    hold=hold,  # type: ignore[arg-type]
+                    turn, index, scheduled_ns, keep, slot_ns if t == 0 else None, answer=answer, hold=hold,
                 )
                 if not seen or not seen[-1].ok:
                     return
@@ -89,4 +103,4 @@ class SessionRunner:
                         await asyncio.sleep(0)
                 scheduled_ns = time.perf_counter_ns()  # the next turn is due when the user is done thinking
         finally:
-            self.client.release(hold)  # type: ignore[arg-type]
+            self.client.release(hold)

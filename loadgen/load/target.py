@@ -86,16 +86,19 @@ def refused_params(reason: str, flags: dict[str, bool | None]) -> list[str]:
 
 
 def token_counter(point: Scenario) -> tuple[datasets.Count | None, str]:
-    """What counts a dataset's tokens: ``workload.tokenizer``, else the tokenizer of the model
-    the scenario launches when it is on this machine, else words (and the answer says which)."""
+    """What counts a dataset's tokens: ``workload.tokenizer`` (a tokenizer.json, a directory, a
+    catalogue alias such as ``tiny`` or a hub id), else the tokenizer of the model the scenario
+    launches when it is on this machine, else words (and the answer says which)."""
     w = point.workload
+    named = w.tokenizer or (point.serve.model if point.serve is not None else None)
+    if named is None:
+        return None, "in words (set workload.tokenizer, or --tokenizer, for the model's token counts)"
+    try:
+        local = Path(resolve_model(named).checkpoint)
+    except UsageError:
+        local = Path(named)
+    if (local / "tokenizer.json").is_file():
+        return datasets.load_tokenizer(str(local)), f"with the tokenizer of {named} ({local})"
     if w.tokenizer is not None:
         return datasets.load_tokenizer(w.tokenizer), f"with the tokenizer {w.tokenizer}"
-    if point.serve is not None and point.serve.model is not None:
-        try:
-            path = Path(resolve_model(point.serve.model, point.serve.quant).checkpoint)
-        except UsageError:
-            path = None
-        if path is not None and (path / "tokenizer.json").is_file():
-            return datasets.load_tokenizer(str(path)), f"with the served model's tokenizer ({path})"
-    return None, "in words (set workload.tokenizer, or --tokenizer, for the model's token counts)"
+    return None, f"in words ({named}'s tokenizer is not on this machine; set workload.tokenizer)"

@@ -89,10 +89,8 @@ class ProgressObserver:
         self.rate = LiveRate()
         self.tps, self.next_rate = "-", 0.0
         p = cell.params()
-        desc = (
-            f"cell {cell.index + 1}/{cells} in={p['input_tokens']} "
-            f"out={p['output_tokens']} c={p['concurrency']}"
-        )
+        lengths = p.get("workload") or f"in={p['input_tokens']} out={p['output_tokens']}"
+        desc = f"cell {cell.index + 1}/{cells} {lengths} c={p['concurrency']}"
         if p["rate"] is not None:
             desc += f" rate={p['rate']:g}"
         self.task = self.progress.add_task(desc, total=total, tps="-", errors=0)

@@ -42,8 +42,11 @@ def _latency_rows(cell: CellSummary) -> list[list[str]]:
 
 def _params_text(params: dict[str, Any]) -> str:
     rate = params.get("rate")
+    lengths = f"input {params['input_tokens']} / output {params['output_tokens']} tokens"
+    if (source := params.get("workload")) is not None:
+        lengths = f"{source} ({lengths} per message)" if source.startswith("multi-turn") else f"{source} prompts"
     return (
-        f"input {params['input_tokens']} / output {params['output_tokens']} tokens, "
+        f"{lengths}, "
         f"concurrency {params['concurrency']}, rate {'all at once' if rate is None else f'{rate:g}/s'}"
     )
 

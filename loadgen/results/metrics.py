@@ -66,36 +66,23 @@ def meets_slo(r: RequestRecord, slo: Slo) -> bool:
 
 
 def _group(measured: list[RequestRecord], key: str, value: int) -> dict[str, Any]:
-    """The figures of the records whose ``key`` (turn, stage) is ``value``; the prefix-cache
-    hit rate from the server's per-request cached_tokens, where it reports them."""
+    """The cell's figures over the records whose ``key`` (turn, stage) is ``value``, with the
+    prefix-cache hit rate from the server's per-answer cached_tokens, where it reports them."""
     rs = [r for r in measured if getattr(r, key) == value]
-    ok = [r for r in rs if r.ok and r.first_token_at is not None]
-    sent = [r.sent_at for r in rs if r.sent_at is not None]
-    done = [r.done_at for r in ok if r.done_at is not None]
-    span = (max(done) - min(sent)) if done and sent else 0.0
-    prompt = sum(r.prompt_tokens or 0 for r in ok)
-    reported = [r for r in ok if r.cached_tokens is not None and r.prompt_tokens]
+    reported = [r for r in rs if r.ok and r.cached_tokens is not None and r.prompt_tokens]
     cached = sum(r.cached_tokens or 0 for r in reported)
-    reported_prompt = sum(r.prompt_tokens or 0 for r in reported)
+    prompt = sum(r.prompt_tokens or 0 for r in reported)
     return {
         key: value,
-        "requests": len(rs),
-        "completed": len(ok),
-        "failed": sum(1 for r in rs if not r.ok and r.error != "cancelled"),
-        "duration_s": span,
-        "request_throughput": len(ok) / span if span > 0 else None,
-        "output_throughput": sum(r.output_tokens for r in ok) / span if span > 0 else None,
-        "prompt_tokens_total": prompt,
+        **summarize(rs, breakdown=False).to_dict(),
         "cached_tokens_total": cached if reported else None,
-        "prefix_cache_hit_rate": cached / reported_prompt if reported_prompt else None,
-        "ttft_s": distribution(r.first_token_at - r.sent_at for r in ok).to_dict(),  # type: ignore[operator]
-        "tpot_s": distribution(t for r in ok if (t := tpot(r)) is not None).to_dict(),
-        "e2e_s": distribution(r.done_at - r.sent_at for r in ok).to_dict(),  # type: ignore[operator]
+        "prefix_cache_hit_rate": cached / prompt if prompt else None,
     }
 
 
-def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> CellMetrics:
-    """The metrics of one cell (``summary.json: cells[].metrics``)."""
+def summarize(records: Iterable[RequestRecord], slo: Slo | None = None, *, breakdown: bool = True) -> CellMetrics:
+    """The metrics of one cell (``summary.json: cells[].metrics``); ``breakdown``: with the
+    figures per turn and per stage where the records have them."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok and r.first_token_at is not None]
     # a successful stream with no token at all cannot give latency figures: count it apart
@@ -179,10 +166,10 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None) -> CellM
                 if r.first_answer_at is not None and r.sent_at is not None
             ).to_dict(),
         })
-    if any(r.turn is not None for r in measured):
+    if breakdown and any(r.turn is not None for r in measured):
         metrics = replace(metrics, turns=[_group(measured, "turn", t) for t in sorted(
             {r.turn for r in measured if r.turn is not None})])
-    if any(r.stage is not None for r in measured):
+    if breakdown and any(r.stage is not None for r in measured):
         metrics = replace(metrics, stages=[_group(measured, "stage", t) for t in sorted(
             {r.stage for r in measured if r.stage is not None})])
     if slo is not None and any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms)):

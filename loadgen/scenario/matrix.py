@@ -43,7 +43,13 @@ class Cell:
             "rate": self.rate,
         }
         if self.point is not None:
-            out["num_prompts"] = self.point.workload.num_prompts
+            w = self.point.workload
+            out["num_prompts"] = w.num_prompts
+            # where lengths come from a dataset or trace, the cell's nominal lengths say nothing
+            if w.source != "generated":
+                out["workload"] = w.source
+            elif w.multi_turn is not None:
+                out["workload"] = f"multi-turn x{w.multi_turn.turns}"
         for axis, value in self.labels:
             out.setdefault(axis, value)
         return out

@@ -172,7 +172,6 @@ class SimApp(OpenAIApp):
         self._created = self.created
         self._lead_s = 0.0  # running estimate of how late a sleep wakes up
         self._fault_rng = random.Random(config.faults.seed)
-        self._cached = 0  # the last request's cached prompt tokens (read before its first await)
 
     async def _sleep_until(self, deadline: float) -> None:
         """Sleep until ``deadline`` (perf_counter seconds).
@@ -280,14 +279,14 @@ class SimApp(OpenAIApp):
             return
         prompt_tokens = len(tokens)
         # counted (and reported per request) only: cached tokens do not shorten the simulated TTFT
-        self._cached = self.cache.lookup(tokens)
+        cached = self.cache.lookup(tokens)
         self.stats.requests_running += 1
         self.stats.prompt_tokens_total += prompt_tokens
         try:
             if fault == "slow_ttft":
                 arrival += faults.slow_ttft_s
             if body.get("stream"):
-                if await self._stream(send, body, arrival, chat, prompt_tokens, max_tokens, fault, self._cached):
+                if await self._stream(send, body, arrival, chat, prompt_tokens, max_tokens, fault, cached):
                     self.stats.requests_completed += 1
             else:
                 await self._whole(send, arrival, chat, prompt_tokens, max_tokens)

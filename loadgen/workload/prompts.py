@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum
-from pathlib import Path
 
 import numpy as np
 
@@ -34,7 +33,7 @@ from loadgen.workload import datasets
 from loadgen.workload.datasets import Sample
 from loadgen.workload.lengths import draw
 from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
-from loadgen.workload.trace import TraceRow
+from loadgen.workload.trace import TraceRow, read_trace
 from loadgen.workload.words import WORDS
 
 # a request's key: cell (10 bits) | stream (2 bits) | index within the stream (30 bits)
@@ -80,12 +79,6 @@ class TextCalibration:
 
     def words_for(self, tokens: int) -> int:
         return max(1, round((tokens - self.overhead) / self.per_word))
-
-
-def read_prompt_file(path: Path, limit: int) -> list[Prompt]:
-    """The prompts of a JSONL file (``prompt``, ``prompt_token_ids`` or ``messages`` per line)."""
-    loaded = datasets.jsonl(Dataset(kind="jsonl", path=path), limit, 0)
-    return [s.prompt for s in loaded.samples]
 
 
 def uses_token_ids(workload: Workload, api: str) -> bool:
@@ -196,8 +189,9 @@ class RequestMaker:
         """Request i's prompt and output length."""
         if self.trace:
             row = self.trace[i % len(self.trace)]
-            block = self.prompts.workload.trace.block_tokens if self.prompts.workload.trace else 512
-            return self.prompts.trace_prompt(row, block, self.cell, self.stream, i), row.output_length
+            trace = self.prompts.workload.trace
+            assert trace is not None  # rows come from it
+            return self.prompts.trace_prompt(row, trace.block_tokens, self.cell, self.stream, i), row.output_length
         if self.samples:
             sample = self.samples[i % len(self.samples)]
             return sample.prompt, sample.output_tokens or self.output_tokens
@@ -222,9 +216,11 @@ class RequestPool:
     """The requests of one stream of a cell: the first ``count`` serialised before the measured
     window; any later one (a duration run's) made when it is needed, never a repeat."""
 
-    def __init__(self, maker: RequestMaker, count: int) -> None:
+    def __init__(self, maker: RequestMaker, count: int, *, serialise: bool = True) -> None:
         self.maker = maker
-        self.ready = [maker.request(i) for i in range(count)]
+        self.size = count
+        # multi-turn sessions build each turn's body from the answers so far: nothing to make ahead
+        self.ready = [maker.request(i) for i in range(count)] if serialise else []
 
     def __getitem__(self, i: int) -> PreparedRequest:
         if i < len(self.ready):
@@ -232,7 +228,7 @@ class RequestPool:
         return self.maker.request(i)
 
     def __len__(self) -> int:
-        return len(self.ready)
+        return self.size
 
 
 def needs_calibration(scenario: Scenario) -> bool:
@@ -317,8 +313,6 @@ class Sources:
 
 def read_sources(point: Scenario, seed: int, counter: datasets.Count | None) -> Sources:
     """Read the dataset or trace a cell's workload names (``counter`` counts tokens)."""
-    from loadgen.workload.trace import read_trace
-
     w = point.workload
     if w.trace is not None:
         limit = w.num_prompts if "num_prompts" in w.model_fields_set else None  # else the whole trace
@@ -344,4 +338,4 @@ def prepare_requests(
     maker = request_maker(scenario, cell, model, calibration, seed, stream, sources, **flags)
     if count is None:
         count = (sources.count if sources is not None else None) or point.workload.num_prompts
-    return RequestPool(maker, count)
+    return RequestPool(maker, count, serialise=stream != Stream.MEASURED or point.workload.multi_turn is None)

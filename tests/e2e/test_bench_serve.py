@@ -61,6 +61,10 @@ def test_the_same_flags_give_the_same_requests_in_both_tools(
     assert "Serving Benchmark Result" in ours.stdout
     theirs = json.loads((tmp_path / "vllm.json").read_text())
     mine = json.loads((tmp_path / "loadgen.json").read_text())
+    print(f"\nvllm bench serve: completed {theirs['completed']}, input {theirs['total_input_tokens']}, output "
+          f"{theirs['total_output_tokens']} | loadgen bench serve: completed {mine['completed']}, input "
+          f"{mine['total_input_tokens']}, output {mine['total_output_tokens']} | keys missing from loadgen's: "
+          f"{sorted(set(theirs) - set(mine))}")
     assert set(theirs) <= set(mine)  # every key of vLLM's result
     assert mine["completed"] == theirs["completed"] == 40
     assert abs(mine["total_input_tokens"] - theirs["total_input_tokens"]) <= 0.01 * theirs["total_input_tokens"]

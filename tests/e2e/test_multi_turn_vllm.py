@@ -31,9 +31,12 @@ def test_turns_hit_the_prefix_cache_and_random_prompts_do_not(vllm_cpu: None, tm
     summary = run(tmp_path, "mt", "num_prompts: 4, multi_turn: {turns: 3, system_tokens: 256}")
     metrics = summary["cells"][0]["metrics"]  # type: ignore[index]
     turns = metrics["turns"]
+    print("\nprefix-cache hit rate per turn (vLLM's cached_tokens):",
+          [round(t["prefix_cache_hit_rate"], 3) for t in turns])
     assert [t["turn"] for t in turns] == [0, 1, 2]
     assert turns[0]["prefix_cache_hit_rate"] < 0.1
     assert all(t["prefix_cache_hit_rate"] > 0.5 for t in turns[1:]), turns
     random_prompts = run(tmp_path, "rnd", "num_prompts: 8")
     cell = random_prompts["cells"][0]  # type: ignore[index]
+    print("random prompts, server prefix-cache hit rate:", cell["server_prefix_cache_hit_rate"])
     assert cell["server_prefix_cache_hit_rate"] < 0.05

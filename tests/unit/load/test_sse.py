@@ -73,3 +73,16 @@ def test_any_split_points(cuts: list[int]) -> None:
     points = sorted(set(cuts))
     parts = [STREAM[a:b] for a, b in zip([0, *points], [*points, len(STREAM)], strict=True)]
     assert feed_all(parts) == EXPECTED
+
+
+def test_reasoning_deltas_are_output_marked_as_thinking_and_cached_tokens_are_read() -> None:
+    from loadgen.load.sse import parse_chunk
+
+    for field in ("reasoning_content", "reasoning"):
+        chunk = parse_chunk(b'{"choices":[{"index":0,"delta":{"%s":"hmm"},"finish_reason":null}]}' % field.encode())
+        assert (chunk.text, chunk.reasoning) == ("hmm", True)
+    answer = parse_chunk(b'{"choices":[{"index":0,"delta":{"content":"yes","reasoning_content":null}}]}')
+    assert (answer.text, answer.reasoning) == ("yes", False)
+    usage = parse_chunk(b'{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,'
+                        b'"prompt_tokens_details":{"cached_tokens":8}}}')
+    assert usage.cached_tokens == 8

@@ -43,3 +43,19 @@ def test_parse_chunk_variants() -> None:
     for bad in (b"{not json", b"[1,2]", b'{"id":"x"}'):
         with pytest.raises(MalformedChunk):
             parse_chunk(bad)
+
+
+def test_chat_sends_max_completion_tokens_and_extra_body_last() -> None:
+    from loadgen.scenario.schema import Sampling, Target
+    from loadgen.workload.payload import Prompt, build_payload
+
+    target = Target(api="chat", extra_body={"top_k": 3, "response_format": {"type": "json_object"}})
+    body = build_payload("chat", "m", Prompt(None, text="hi"), 7, sampling=Sampling(top_k=1), target=target)
+    assert (body["max_completion_tokens"], body["max_tokens"]) == (7, 7)
+    assert body["top_k"] == 3  # extra_body wins over the sampling block
+    assert body["response_format"] == {"type": "json_object"}
+    only = build_payload("chat", "m", Prompt(None, text="hi"), 7, sampling=Sampling(),
+                         target=Target(max_tokens_param="max_completion_tokens"))
+    assert "max_tokens" not in only
+    completions = build_payload("completions", "m", Prompt(None, text="hi"), 7, sampling=Sampling(), target=target)
+    assert "max_completion_tokens" not in completions

@@ -127,10 +127,25 @@ def test_prompt_file_lines_are_used_in_turn(tmp_path: Path) -> None:
 
 def test_malformed_token_ids_in_a_prompt_file_are_refused(tmp_path: Path) -> None:
     from loadgen.errors import ScenarioError
-    from loadgen.workload.prompts import read_prompt_file
+    from loadgen.scenario.shapes import Dataset
+    from loadgen.workload.datasets import jsonl
 
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt_token_ids": [1, "two"]}\n')
     with pytest.raises(ScenarioError, match=r"p.jsonl: line 1: prompt_token_ids must be a non-empty list of token ids"):
-        read_prompt_file(path, 10)
+        jsonl(Dataset(kind="jsonl", path=path), 10, 0)
     assert isinstance(Prompt(None, text="x"), Prompt)
+
+
+def test_a_shared_prefix_opens_every_nth_request_and_the_rest_is_its_own() -> None:
+    sc = parse_scenario({"workload": {"num_prompts": 6, "input_tokens": 20, "shared_prefix": {"prefixes": 2,
+                                                                                                "tokens": 30}}})
+    (cell,) = expand_cells(sc)
+    pool = prepare_requests(sc, cell, "m", TextCalibration(), 4)
+    words = [orjson.loads(pool[i].body)["prompt"].split() for i in range(6)]
+    assert all(len(w) == 50 for w in words)
+    assert all(pool[i].input_tokens == 50 for i in range(6))
+    assert words[0][:30] == words[2][:30] == words[4][:30]
+    assert words[1][:30] == words[3][:30]
+    assert words[0][:30] != words[1][:30]
+    assert len({tuple(w[30:]) for w in words}) == 6  # no two suffixes alike
