@@ -1,253 +1,17 @@
-"""The command line: parse -> load -> run -> render. The one place errors become exit codes.
-
-Exit codes: 0 ok, 1 unexpected loadgen error, 2 bad input, 3 server unusable,
-4 aborted by an abort rule, 130 interrupted (the run directory holds what was measured).
-"""
+"""The servers: `loadgen sim`, `models`, `serve`, `setup` and `locust`."""
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
-import orjson
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from loadgen import __version__
-from loadgen.errors import AbortedError, LaunchError, LoadgenError, TargetError, UsageError
-from loadgen.report.summary import console_tables, render_markdown
-from loadgen.results.summary import Summary
-
-app = typer.Typer(
-    name="loadgen",
-    help="Load testing and benchmarking for OpenAI-compatible LLM inference servers.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-@functools.cache
-def _console(stderr: bool) -> Console:
-    # piped output gets a fixed wide layout instead of rich's 80-column fallback
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 150)
-
-
-def out() -> Console:
-    return _console(False)
-
-
-def err() -> Console:
-    return _console(True)
-
-
-def handles_errors(fn: F) -> F:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except LoadgenError as exc:
-            # user text is printed as it is: no Rich markup, so "[transformers]" stays in the message
-            err().print(Text.assemble(("error:", "bold red"), " ", str(exc)), highlight=False, soft_wrap=True)
-            if isinstance(exc, LaunchError) and exc.log_tail:
-                err().print("--- log tail ---", style="dim")
-                err().print(exc.log_tail, markup=False, highlight=False)
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err().print("interrupted", highlight=False)
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def print_summary(summary: Summary) -> None:
-    for item in console_tables(summary):
-        if isinstance(item, str):
-            _print_text(item)  # a line of figures is never wrapped: it may go to a file or a pipe
-        else:
-            out().print(item, highlight=False)
-
-
-@app.command()
-@handles_errors
-def run(
-    scenario: Annotated[
-        Path | None, typer.Argument(help="scenario YAML file (optional: flags alone describe a plain run)")
-    ] = None,
-    concurrency: Annotated[
-        str | None, typer.Option(metavar="N", help="requests in flight (load.concurrency), e.g. 64 or unlimited")
-    ] = None,
-    rate: Annotated[float | None, typer.Option(metavar="RPS", help="requests per second (load.rate)")] = None,
-    input_len: Annotated[
-        int | None, typer.Option(metavar="TOKENS", help="prompt tokens (workload.input_tokens)")
-    ] = None,
-    output_len: Annotated[
-        int | None, typer.Option(metavar="TOKENS", help="output tokens (workload.output_tokens)")
-    ] = None,
-    num_prompts: Annotated[
-        int | None, typer.Option(metavar="N", help="requests per cell (workload.num_prompts)")
-    ] = None,
-    api: Annotated[str | None, typer.Option(metavar="API", help="completions or chat (target.api)")] = None,
-    model: Annotated[str | None, typer.Option(metavar="ID", help="model id to send (target.model)")] = None,
-    base_url: Annotated[
-        str | None, typer.Option("--base-url", help="server to measure, e.g. http://127.0.0.1:8000/v1")
-    ] = None,
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="run directory (default runs/NAME-TIME)")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="override a scenario key: dotted.key=value")
-    ] = None,
-    resume: Annotated[
-        Path | None, typer.Option("--resume", help="continue this run directory, skipping finished cells")
-    ] = None,
-    retry_failed: Annotated[
-        bool, typer.Option("--retry-failed", help="with --resume: measure failed cells again")
-    ] = False,
-) -> None:
-    """Run a scenario: measure, write a run directory, print the tables."""
-    from loadgen.load.run import execute
-    from loadgen.report.progress import ProgressObserver
-    from loadgen.report.views import published_tables, render_tables
-    from loadgen.results.rundir import default_run_dir
-    from loadgen.scenario.loader import load_scenario, parse_scenario
-    from loadgen.servers.catalogue import check_models
-
-    flags = {"load.concurrency": concurrency, "load.rate": rate, "workload.input_tokens": input_len,
-             "workload.output_tokens": output_len, "workload.num_prompts": num_prompts, "target.api": api,
-             "target.model": model}
-    sets = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides or [])
-    if scenario is None:
-        if base_url is None:
-            raise UsageError("give a scenario file, or --base-url URL with flags (e.g. --concurrency 64 "
-                             "--input-len 1024 --output-len 128 --num-prompts 500)")
-        sc = parse_scenario({"name": "run"}, "loadgen run", sets)
-    else:
-        sc = load_scenario(scenario, sets)
-    check_models(sc, str(scenario or "loadgen run"))
-    if resume is not None and out_dir is not None and resume != out_dir:
-        raise UsageError("--resume DIR continues DIR; drop --out")
-    run_dir = resume or out_dir or default_run_dir(sc)
-    observer = ProgressObserver(err())
-    try:
-        result = execute(
-            sc, run_dir, base_url=base_url, observer=observer, render_report=render_markdown,
-            resume=resume is not None, retry_failed=retry_failed,
-        )
-    finally:
-        observer.close()
-    summary = result.summary
-    if summary.kind == "sweep":
-        print_summary(summary)
-    else:
-        _print_text(render_tables(published_tables(summary, summary.kind, spread=True), "md"))
-    failed = [c for c in summary.cells if c.status == "failed"]
-    for c in failed:
-        err().print(f"cell {c.cell + 1} failed: {c.reason}", markup=False, highlight=False, soft_wrap=True)
-    out().print(f"run directory: {result.run_dir}", markup=False, highlight=False)
-    if summary.cells and len(failed) == len(summary.cells) and result.aborted is None and not result.interrupted:
-        raise TargetError("no cell completed a request: the server could not serve this scenario (reasons above)")
-    if result.aborted is not None:
-        raise AbortedError(f"aborted: {result.aborted}; the run directory holds every request measured")
-    if result.interrupted:
-        err().print("interrupted: the run directory holds every request measured before the stop")
-        raise typer.Exit(130)
-
-
-bench_app = typer.Typer(help="vLLM's benchmark command lines, run by loadgen.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
-
-
-@bench_app.command(
-    "serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
-    add_help_option=False,
-)
-@handles_errors
-def bench_serve(ctx: typer.Context) -> None:
-    """Take `vllm bench serve`'s command line (e.g. --backend openai --base-url URL --dataset-name
-    sharegpt --dataset-path FILE --num-prompts 500 --max-concurrency 32 --save-result) and measure
-    it with loadgen; --save-result writes vLLM's result JSON, --save-scenario FILE the scenario."""
-    from loadgen.bench.args import parser
-    from loadgen.bench.serve import bench_serve as run_bench
-    from loadgen.report.progress import ProgressObserver
-
-    if any(a in ("-h", "--help") for a in ctx.args):
-        _print_text(parser().format_help())
-        return
-    run_bench(list(ctx.args), _print_text, lambda line: err().print(line, markup=False, highlight=False,
-                                                                   soft_wrap=True),
-              lambda: ProgressObserver(err()))
-
-
-def _print_text(text: str) -> None:
-    out().print(text, markup=False, highlight=False, soft_wrap=True)
-
-
-@app.command()
-@handles_errors
-def report(
-    run_dirs: Annotated[list[Path], typer.Argument(help="run directories")],
-    table: Annotated[
-        str | None, typer.Option(help="single-stream | throughput | sweep (default: the scenario's kind)")
-    ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="console | md | rst | csv | json")] = "console",
-    spread: Annotated[bool, typer.Option("--spread", help="single-stream: add the speed's std over repeats")] = False,
-    plot: Annotated[bool, typer.Option("--plot", help="write PNG charts into each run directory")] = False,
-) -> None:
-    """Re-render run directories from their records alone, without touching a server."""
-    from loadgen.report.plots import write_plots
-    from loadgen.report.views import FORMATS, TABLES, check_choice, published_tables, render_tables
-    from loadgen.results.rundir import rebuild_summary
-
-    check_choice("--format", fmt, FORMATS)
-    check_choice("--table", table, TABLES)
-    for run_dir in run_dirs:
-        summary = rebuild_summary(run_dir)
-        kind = table or summary.kind
-        if plot:
-            for path in write_plots(summary, run_dir):
-                err().print(f"wrote {path}", markup=False, highlight=False)
-        if kind != "sweep":
-            _print_text(render_tables(published_tables(summary, kind, spread), "md" if fmt == "console" else fmt))
-        elif fmt == "json":
-            _print_text(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
-        elif fmt == "md":
-            _print_text(render_markdown(summary))
-        elif fmt in ("rst", "csv"):
-            raise UsageError(f"--format {fmt}: a sweep renders as console, md or json; or pass --table")
-        else:
-            out().print(f"{run_dir}", style="bold", markup=False, highlight=False)
-            print_summary(summary)
-
-
-@app.command()
-@handles_errors
-def compare(
-    run_dirs: Annotated[list[Path], typer.Argument(help="run directories to compare")],
-    baseline: Annotated[Path, typer.Option(help="the run the others are measured against (Speed X = 1)")],
-    fmt: Annotated[str, typer.Option("--format", help="md | rst | csv | json")] = "md",
-) -> None:
-    """Runs against a baseline, as the cross-engine comparison: Avg Tok/s, Max Mem (MiB), Speed X, Max mem %."""
-    from loadgen.errors import UsageError
-    from loadgen.report.layouts import compare_rows, compare_table
-    from loadgen.report.tables import render
-    from loadgen.results.rundir import rebuild_summary
-
-    if fmt not in ("md", "rst", "csv", "json"):
-        raise UsageError(f"--format {fmt!r}: choose md, rst, csv or json")
-    dirs = list(dict.fromkeys([baseline, *run_dirs]))
-    summaries = [(str(d), rebuild_summary(d)) for d in dirs]
-    rows, base = compare_rows(summaries, summaries[0])
-    if base < 0:
-        raise UsageError(f"--baseline {baseline}: the run has no finished cell to compare against")
-    _print_text(render(compare_table(rows, base), fmt))
+from loadgen.cli.console import err, handles_errors, out, print_text
+from loadgen.cli.root import app
+from loadgen.errors import LaunchError, UsageError
 
 
 @app.command()
@@ -398,7 +162,7 @@ def serve(
             raise UsageError("--print-argv: prints the engine's command inside its image; add --container docker")
         if spec.model.entry is not None and spec.model.entry.generated:
             ensure_tiny()  # the container mounts it (compose: the shared cache volume)
-        _print_text(json.dumps(container_argv(spec)))
+        print_text(json.dumps(container_argv(spec)))
         return
     launch = container_launch(spec, container) if container is not None else launch_spec(spec)
     if script:
@@ -406,7 +170,7 @@ def serve(
         sys.stdout.write(launch_script(launch, shlex.join(["loadgen", *argv]), describe_spec(spec)))
         return
     if dry_run:
-        _print_text(shlex.join(launch.argv) if container is not None else shell_line(launch))
+        print_text(shlex.join(launch.argv) if container is not None else shell_line(launch))
         return
     if container is not None:
         prepare_container(spec, launch, container, force=force)
@@ -472,21 +236,3 @@ def locust(
     cmd, _ = locust_command(list(ctx.args), shape=shape, out=out_dir)
     raise typer.Exit(run_child(cmd))
 
-
-def _version(value: bool) -> None:
-    if value:
-        out().print(f"loadgen {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")
-    ] = False,
-) -> None:
-    pass
-
-
-def main() -> None:
-    app()

@@ -1,0 +1,125 @@
+"""`loadgen run` and `loadgen bench serve`: measure, write a run directory, print the tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from loadgen.cli.console import err, handles_errors, out, print_summary, print_text
+from loadgen.cli.root import app
+from loadgen.errors import AbortedError, TargetError, UsageError
+from loadgen.report.summary import render_markdown
+
+
+@app.command()
+@handles_errors
+def run(
+    scenario: Annotated[
+        Path | None, typer.Argument(help="scenario YAML file (optional: flags alone describe a plain run)")
+    ] = None,
+    concurrency: Annotated[
+        str | None, typer.Option(metavar="N", help="requests in flight (load.concurrency), e.g. 64 or unlimited")
+    ] = None,
+    rate: Annotated[float | None, typer.Option(metavar="RPS", help="requests per second (load.rate)")] = None,
+    input_len: Annotated[
+        int | None, typer.Option(metavar="TOKENS", help="prompt tokens (workload.input_tokens)")
+    ] = None,
+    output_len: Annotated[
+        int | None, typer.Option(metavar="TOKENS", help="output tokens (workload.output_tokens)")
+    ] = None,
+    num_prompts: Annotated[
+        int | None, typer.Option(metavar="N", help="requests per cell (workload.num_prompts)")
+    ] = None,
+    api: Annotated[str | None, typer.Option(metavar="API", help="completions or chat (target.api)")] = None,
+    model: Annotated[str | None, typer.Option(metavar="ID", help="model id to send (target.model)")] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="server to measure, e.g. http://127.0.0.1:8000/v1")
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="run directory (default runs/NAME-TIME)")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="override a scenario key: dotted.key=value")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="continue this run directory, skipping finished cells")
+    ] = None,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="with --resume: measure failed cells again")
+    ] = False,
+) -> None:
+    """Run a scenario: measure, write a run directory, print the tables."""
+    from loadgen.load.run import execute
+    from loadgen.report.progress import ProgressObserver
+    from loadgen.report.views import published_tables, render_tables
+    from loadgen.results.rundir import default_run_dir
+    from loadgen.scenario.loader import load_scenario, parse_scenario
+    from loadgen.servers.catalogue import check_models
+
+    flags = {"load.concurrency": concurrency, "load.rate": rate, "workload.input_tokens": input_len,
+             "workload.output_tokens": output_len, "workload.num_prompts": num_prompts, "target.api": api,
+             "target.model": model}
+    sets = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides or [])
+    if scenario is None:
+        if base_url is None:
+            raise UsageError("give a scenario file, or --base-url URL with flags (e.g. --concurrency 64 "
+                             "--input-len 1024 --output-len 128 --num-prompts 500)")
+        sc = parse_scenario({"name": "run"}, "loadgen run", sets)
+    else:
+        sc = load_scenario(scenario, sets)
+    check_models(sc, str(scenario or "loadgen run"))
+    if resume is not None and out_dir is not None and resume != out_dir:
+        raise UsageError("--resume DIR continues DIR; drop --out")
+    run_dir = resume or out_dir or default_run_dir(sc)
+    observer = ProgressObserver(err())
+    try:
+        result = execute(
+            sc, run_dir, base_url=base_url, observer=observer, render_report=render_markdown,
+            resume=resume is not None, retry_failed=retry_failed,
+        )
+    finally:
+        observer.close()
+    summary = result.summary
+    if summary.kind == "sweep":
+        print_summary(summary)
+    else:
+        print_text(render_tables(published_tables(summary, summary.kind, spread=True), "md"))
+    failed = [c for c in summary.cells if c.status == "failed"]
+    for c in failed:
+        err().print(f"cell {c.cell + 1} failed: {c.reason}", markup=False, highlight=False, soft_wrap=True)
+    out().print(f"run directory: {result.run_dir}", markup=False, highlight=False)
+    if summary.cells and len(failed) == len(summary.cells) and result.aborted is None and not result.interrupted:
+        raise TargetError("no cell completed a request: the server could not serve this scenario (reasons above)")
+    if result.aborted is not None:
+        raise AbortedError(f"aborted: {result.aborted}; the run directory holds every request measured")
+    if result.interrupted:
+        err().print("interrupted: the run directory holds every request measured before the stop")
+        raise typer.Exit(130)
+
+
+bench_app = typer.Typer(help="vLLM's benchmark command lines, run by loadgen.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command(
+    "serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+@handles_errors
+def bench_serve(ctx: typer.Context) -> None:
+    """Take `vllm bench serve`'s command line (e.g. --backend openai --base-url URL --dataset-name
+    sharegpt --dataset-path FILE --num-prompts 500 --max-concurrency 32 --save-result) and measure
+    it with loadgen; --save-result writes vLLM's result JSON, --save-scenario FILE the scenario."""
+    from loadgen.bench.args import parser
+    from loadgen.bench.serve import bench_serve as run_bench
+    from loadgen.report.progress import ProgressObserver
+
+    if any(a in ("-h", "--help") for a in ctx.args):
+        print_text(parser().format_help())
+        return
+    run_bench(list(ctx.args), print_text, lambda line: err().print(line, markup=False, highlight=False,
+                                                                   soft_wrap=True),
+              lambda: ProgressObserver(err()))
+
