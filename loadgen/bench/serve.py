@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.bench.args import BenchArgs, parse
-from loadgen.load.run import QuietObserver, execute
+from loadgen.load.prepare import QuietObserver
+from loadgen.load.run import execute
 from loadgen.report.progress import ProgressObserver
 from loadgen.report.summary import render_markdown
 from loadgen.results.records import read_records

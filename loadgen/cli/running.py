@@ -49,6 +49,14 @@ def run(
     retry_failed: Annotated[
         bool, typer.Option("--retry-failed", help="with --resume: measure failed cells again")
     ] = False,
+    search: Annotated[
+        str | None, typer.Option(metavar="BY[:MIN:MAX]", help="search the most concurrency or rate meeting the "
+                                 "SLOs (load.search), e.g. concurrency:1:256")
+    ] = None,
+    slo: Annotated[
+        list[str] | None, typer.Option(metavar="METRIC:STAT:MS", help="an objective of the search (repeatable): "
+                                       "ttft:p99:300, tpot:p99:20, itl:p95:50, e2e:p50:5000, error_rate:0.01")
+    ] = None,
 ) -> None:
     """Run a scenario: measure, write a run directory, print the tables."""
     from loadgen.load.run import execute
@@ -56,12 +64,14 @@ def run(
     from loadgen.report.views import published_tables, render_tables
     from loadgen.results.rundir import default_run_dir
     from loadgen.scenario.loader import load_scenario, parse_scenario
+    from loadgen.scenario.overrides import search_overrides
     from loadgen.servers.catalogue import check_models
 
     flags = {"load.concurrency": concurrency, "load.rate": rate, "workload.input_tokens": input_len,
              "workload.output_tokens": output_len, "workload.num_prompts": num_prompts, "target.api": api,
              "target.model": model}
-    sets = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides or [])
+    sets = [f"{k}={v}" for k, v in flags.items() if v is not None] + search_overrides(search, slo or [])
+    sets += list(overrides or [])
     if scenario is None:
         if base_url is None:
             raise UsageError("give a scenario file, or --base-url URL with flags (e.g. --concurrency 64 "
@@ -86,6 +96,11 @@ def run(
         print_summary(summary)
     else:
         print_text(render_tables(published_tables(summary, summary.kind, spread=True), "md"))
+    if summary.capacity:
+        from loadgen.report.capacity import write_capacity_plots
+
+        for path in write_capacity_plots(summary, result.run_dir):
+            err().print(f"wrote {path}", markup=False, highlight=False)
     failed = [c for c in summary.cells if c.status == "failed"]
     for c in failed:
         err().print(f"cell {c.cell + 1} failed: {c.reason}", markup=False, highlight=False, soft_wrap=True)

@@ -47,12 +47,29 @@ def sim(
         typer.Option("--reject-param", metavar="FIELD",
                      help="answer 400 to requests carrying FIELD (repeatable), e.g. --reject-param ignore_eos"),
     ] = None,
+    max_seqs: Annotated[
+        int | None, typer.Option("--max-seqs", metavar="N", help="serve at most N requests at once; the rest queue")
+    ] = None,
+    itl_per_seq_us: Annotated[
+        float, typer.Option("--itl-per-seq-us", metavar="US", help="ITL added per other request being served, us")
+    ] = 0.0,
+    prefill_per_token_us: Annotated[
+        float, typer.Option("--prefill-per-token-us", metavar="US", help="first-token delay per prompt token, us")
+    ] = 0.0,
 ) -> None:
-    """Run the calibrated simulator: token i leaves at arrival + ttft + i * itl."""
+    """Run the calibrated simulator: token i leaves at arrival + ttft + i * itl.
+
+    With a capacity: at most --max-seqs requests are served at once, the others wait in arrival
+    order. A request admitted at s while k others are served sends token i at
+    s + ttft + prompt_tokens * prefill_per_token + i * (itl + k * itl_per_seq); its TTFT includes
+    the wait from arrival to s.
+    """
     from loadgen.servers.sim import SimConfig, SimFaults, serve_sim
 
     if ttft_ms < 0 or itl_ms < 0 or tokens_per_chunk < 1:
         raise UsageError("--ttft-ms and --itl-ms must be >= 0 and --tokens-per-chunk >= 1")
+    if (max_seqs is not None and max_seqs < 1) or itl_per_seq_us < 0 or prefill_per_token_us < 0:
+        raise UsageError("--max-seqs must be >= 1, --itl-per-seq-us and --prefill-per-token-us >= 0")
     rates: list[tuple[str, float]] = []
     for text in fault or []:
         kind, sep, rate = text.partition("=")
@@ -72,10 +89,16 @@ def sim(
         model=model, max_model_len=max_model_len, faults=faults,
         api_key=os.environ.get(api_key_env) if api_key_env else None,
         reasoning_tokens=max(reasoning_tokens, 0), reject_params=tuple(reject_param or ()),
+        max_seqs=max_seqs, itl_per_seq_s=itl_per_seq_us / 1e6, prefill_per_token_s=prefill_per_token_us / 1e6,
     )
     if api_key_env and config.api_key is None:
         raise UsageError(f"--api-key-env {api_key_env}: the variable is not set")
-    err().print(f"loadgen sim on http://{host}:{port}/v1 (ttft {ttft_ms:g} ms, itl {itl_ms:g} ms)")
+    capacity = "" if max_seqs is None else f", at most {max_seqs} at once"
+    if itl_per_seq_us:
+        capacity += f", +{itl_per_seq_us:g} us itl per other request"
+    if prefill_per_token_us:
+        capacity += f", +{prefill_per_token_us:g} us per prompt token"
+    err().print(f"loadgen sim on http://{host}:{port}/v1 (ttft {ttft_ms:g} ms, itl {itl_ms:g} ms{capacity})")
     serve_sim(config, host, port)
 
 

@@ -123,6 +123,20 @@ class MetricsScraper:
                 await self.scrape_once(emit)
             await asyncio.sleep(self.interval_s)
 
+    async def wait_idle(self, timeout_s: float = 60.0) -> None:
+        """Until the server reports no request running or waiting (a search's probe then starts
+        on a server done with the one before, whose cancelled requests it may still be
+        finishing); at once for a server that reports neither."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (values := await self.scrape()) is not None and loop.time() < deadline:
+            gauges = values["gauges"]
+            if "running" not in gauges and "waiting" not in gauges:
+                return
+            if gauges.get("running", 0) + gauges.get("waiting", 0) <= 0:
+                return
+            await asyncio.sleep(0.1)
+
     async def reset_peak(self) -> None:
         """Start a new peak-memory window on an engine that reports one (loadgen's transformers engine)."""
         if self.has_peak is None:

@@ -8,22 +8,19 @@ Progress goes to an ``Observer``; nothing here prints.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
-
-import httpx
-import orjson
+from typing import Any
 
 from loadgen.errors import LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.load.cell import AbortRule, calibrate, measure_window, warmup
 from loadgen.load.client import StreamingClient
+from loadgen.load.prepare import Observer, QuietObserver, RunResult, reopen, resolve_model, with_run_seed
 from loadgen.load.probes import GpuSampler, MetricsScraper
+from loadgen.load.search import CellQueue, ProbeWatch, make_queues, probe_watch
 from loadgen.load.serving import (
     cell_outcome,
     describe_server,
@@ -31,14 +28,13 @@ from loadgen.load.serving import (
     group_cells,
     launch_target,
     place_client,
+    serve_key,
 )
-from loadgen.load.target import model_context, pick_model, refused_params, token_counter, too_long
+from loadgen.load.target import model_context, refused_params, token_counter, too_long
 from loadgen.results.probes import PROBES, ProbeLog
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import (
-    PROVENANCE,
     RECORDS,
-    SCENARIO,
     SERVER_LOG,
     SUMMARY,
     RunDirWriter,
@@ -46,14 +42,10 @@ from loadgen.results.rundir import (
     base_provenance,
     build_summary_from_dir,
     cell_summary,
-    read_cell_status,
-    set_aside_records,
-    stored_seed,
     write_json,
 )
 from loadgen.results.summary import CellSummary, Summary
-from loadgen.scenario.matrix import Cell, expand_cells
-from loadgen.scenario.redact import dump_scenario
+from loadgen.scenario.matrix import Cell, expand_cells, search_lines
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.catalogue import check_models
 from loadgen.servers.cpus import pin, split_cores, usable_cores
@@ -69,36 +61,7 @@ from loadgen.workload.prompts import (
     read_sources,
 )
 
-
-class Observer(Protocol):
-    """What a front end (the CLI's progress bar) is told while a run goes on."""
-
-    def message(self, text: str) -> None: ...
-    def cell_started(self, cell: Cell, total: int | None, cells: int) -> None: ...
-    def record(self, record: RequestRecord) -> None: ...
-    def cell_finished(self, cell: Cell, summary: CellSummary) -> None: ...
-
-
-class QuietObserver:
-    def message(self, text: str) -> None:
-        pass
-
-    def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:
-        pass
-
-    def record(self, record: RequestRecord) -> None:
-        pass
-
-    def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
-        pass
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    run_dir: Path
-    summary: Summary
-    interrupted: bool
-    aborted: str | None = None  # the abort rule that ended the run, in words
+__all__ = ["Observer", "QuietObserver", "RunResult", "execute"]
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -129,11 +92,12 @@ def execute(
             "target.base_url -> no server to measure; give --base-url, target.base_url "
             "or a serve: block"
         )
-    scenario = _with_run_seed(scenario, run_dir if resume else None, obs)
+    scenario = with_run_seed(scenario, run_dir if resume else None, obs)
     cells = expand_cells(scenario)
+    lines = search_lines(scenario)
     check_models(scenario, scenario.name)
     if resume:
-        provenance, finished = _reopen(scenario, run_dir, retry_failed)
+        provenance, finished = reopen(scenario, run_dir, retry_failed)
     else:
         provenance = base_provenance(scenario)
         finished = set()
@@ -141,18 +105,20 @@ def execute(
     if not resume:
         out.write_scenario(scenario)
     out.write_provenance(provenance)
-    groups = group_cells(cells, launched=base_url is None)
+    launched = base_url is None
+    n_groups = len(group_cells(cells, launched=launched)) if cells else 0
+    n_groups += len({serve_key(line.point) for line in lines}) if launched else int(bool(lines))
     # a plain run ends when its engine dies or the server refuses the scenario; a matrix records
     # the cell and goes on (a dead engine is replaced for the next cells)
-    plain = len(groups) == 1 and not scenario.matrix_blocks
+    plain = n_groups == 1 and not scenario.matrix_blocks
     run = _Run(scenario, out, provenance, obs, render_report, len(cells), plain=plain)
+    queues = make_queues(cells, lines, finished, list(run.entries.values()), launched=launched)
     try:
-        for n, group in enumerate(groups):
-            todo = [c for c in group if c.index not in finished]
-            while todo and not run.stop_requested:
-                todo = run.serve_group(todo, base_url, n, len(groups), single=len(groups) == 1 and not finished)
+        for n, queue in enumerate(queues):
+            while queue.peek() is not None and not run.stop_requested:
+                run.serve_group(queue, base_url, n, len(queues), single=n_groups == 1 and not finished)
                 if plain and run.engine_death is not None:
-                    todo = []
+                    break
     finally:
         run.close()
         provenance["end_wall"] = datetime.now(UTC).isoformat()
@@ -168,55 +134,6 @@ def execute(
     if run.abort_reason is not None:
         write_json(run_dir / SUMMARY, summary.to_dict())  # report.md already says what was measured
     return RunResult(run_dir, summary, run.stop_requested, run.abort_reason)
-
-
-def _with_run_seed(scenario: Scenario, resumed: Path | None, obs: Observer) -> Scenario:
-    """The scenario with the seed its prompts and arrivals are drawn from: the one given, the
-    resumed run's own, or a fresh one, so that no prompt repeats one of an earlier run that the
-    server may still hold in its prefix cache."""
-    if scenario.seed is not None:
-        obs.message(
-            f"seed {scenario.seed} given: the prompts are those of every run with this seed, and a server "
-            "with prefix caching may answer them from its cache (its hit rate is reported per cell)"
-        )
-        return scenario
-    seed = stored_seed(resumed) if resumed is not None else None
-    return scenario.model_copy(update={"seed": secrets.randbits(63) if seed is None else seed})
-
-
-def _reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[dict[str, Any], set[int]]:
-    """An interrupted run directory to continue: same scenario; records of unfinished cells set aside."""
-    if not (run_dir / SCENARIO).is_file():
-        raise UsageError(f"{run_dir}: --resume needs an existing run directory (no {SCENARIO} there)")
-    if (run_dir / SCENARIO).read_text() != dump_scenario(scenario):
-        raise UsageError(
-            f"{run_dir}: --resume: the scenario differs from the one this run started with "
-            f"({SCENARIO}); resume with the same file and --set values, or start a new run"
-        )
-    statuses = read_cell_status(run_dir)
-    finished = {i for i, s in statuses.items() if s["status"] == "done" or not retry_failed}
-    set_aside_records(run_dir, keep=finished)
-    provenance: dict[str, Any] = orjson.loads((run_dir / PROVENANCE).read_bytes())
-    provenance.setdefault("resumed_wall", []).append(datetime.now(UTC).isoformat())
-    return provenance, finished
-
-
-async def _resolve_model(
-    client: StreamingClient, base_url: str, wanted: str, provenance: dict[str, Any]
-) -> str:
-    try:
-        models = await client.fetch_models()
-    except (httpx.HTTPError, ValueError) as exc:
-        reason = (str(exc) or type(exc).__name__).splitlines()[0]  # httpx appends a second line of help
-        if wanted == "auto":
-            raise TargetError(
-                f"{base_url}/models: cannot list models ({reason}); is an OpenAI-compatible "
-                "server running there? (or set target.model to skip the lookup)"
-            ) from exc
-        provenance["server_models"] = {"error": reason}
-        return wanted
-    provenance["server_models"] = models
-    return pick_model(models, wanted, f"{base_url}/models")
 
 
 class _Run:
@@ -260,9 +177,11 @@ class _Run:
         self.out.write_summary(summary, self.render_report(summary) if self.render_report is not None else None)
 
     def finish_cell(
-        self, cell: Cell, records: list[RequestRecord], status: str, reason: str | None, server: dict[str, Any]
+        self, cell: Cell, records: list[RequestRecord], status: str, reason: str | None, server: dict[str, Any],
+        extra: dict[str, Any] | None = None,
     ) -> None:
-        line = {"cell": cell.index, "status": status, "reason": reason, "server": server}
+        """Its status line (``extra``: a probe's value and early stop), its summary, its warnings."""
+        line = {"cell": cell.index, "status": status, "reason": reason, "server": server, **(extra or {})}
         if (calibration := self.provenance.get("text_calibration")) is not None:
             line["template_tokens"] = calibration["overhead"]
         if cell.index in self.cache_resets:
@@ -286,14 +205,11 @@ class _Run:
         for warning in entry.warnings:
             self.obs.message(f"warning: cell {cell.index + 1}/{self.n_cells}: {warning}")
 
-    def serve_group(
-        self, todo: list[Cell], base_url: str | None, n: int, n_groups: int, *, single: bool
-    ) -> list[Cell]:
-        """Launch the group's engine (unless given a URL), run its cells; returns the cells left
-        when the engine died in one (they get a fresh engine), else []."""
+    def serve_group(self, todo: CellQueue, base_url: str | None, n: int, n_groups: int, *, single: bool) -> None:
+        """Launch the group's engine (unless given a URL) and run its cells until they are done
+        or the engine dies in one (the rest then get a fresh engine: call again)."""
         server: LaunchedServer | None = None
-        point = todo[0].point
-        assert point is not None
+        point = todo.point
         info: dict[str, Any] = {}
         url = base_url
         cores = usable_cores()
@@ -307,32 +223,35 @@ class _Run:
             except LaunchError as exc:
                 if single:
                     raise
-                for cell in todo:
+                while (cell := todo.take()) is not None:
                     self.finish_cell(cell, [], "failed", f"engine did not start: {exc}", describe_server(point, {}))
-                return []
+                    todo.finished(cell, self.entries[cell.index])
+                return
             except UsageError as exc:
-                for cell in todo:
+                while (cell := todo.take()) is not None:
                     self.finish_cell(cell, [], "failed", str(exc), describe_server(point, {}))
-                return []
+                    todo.finished(cell, self.entries[cell.index])
+                return
         try:
             if (placed := place_client(point, url, server, self.obs.message)) is not None:
                 self.provenance["cpus"] = placed
             with asyncio.Runner(loop_factory=_new_loop) as runner:
-                return runner.run(self._run_cells(todo, url, server, info))
+                runner.run(self._run_cells(todo, url, server, info))
         finally:
             pin(0, cores)  # this process may go on (a matrix, a test): its cores back
             if server is not None:
                 server.stop()
 
     async def _run_cells(
-        self, todo: list[Cell], base_url: str, server: LaunchedServer | None, info: dict[str, Any]
-    ) -> list[Cell]:
+        self, todo: CellQueue, base_url: str, server: LaunchedServer | None, info: dict[str, Any]
+    ) -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        point = todo[0].point
-        assert point is not None
+        point = todo.point
+        first = todo.peek()
+        assert first is not None
         target = point.target
         clock_base = self.provenance.setdefault("clock_base_ns", time.perf_counter_ns())
         desc = describe_server(point, info)
@@ -341,85 +260,107 @@ class _Run:
                 target, base_url, clock_base_ns=clock_base, api_key=api_key(target),
                 new_connection_per_request=point.load.new_connection_per_request,
             ) as client:
-                model = await _resolve_model(client, base_url, target.model, self.provenance)
+                model = await resolve_model(client, base_url, target.model, self.provenance)
                 self.provenance["model"] = model
                 self.context = model_context(self.provenance.get("server_models"), model)
                 if self.plain and self.context is not None:
-                    for cell in todo:
+                    for cell in todo.known():
                         if (why := too_long(cell, self.context)) is not None:
                             raise ScenarioError(f"{self.scenario.name}: {why}")
                 self.out.write_provenance(self.provenance)
                 calibration = TextCalibration()
                 if needs_calibration(point):
-                    calibration = await calibrate(client, point, model, self.seed, todo[0].index, self.writer.write)
+                    calibration = await calibrate(client, point, model, self.seed, first.index, self.writer.write)
                     self.provenance["text_calibration"] = {
                         "overhead": calibration.overhead, "per_word": calibration.per_word,
                     }
                 async with MetricsScraper(base_url) as scraper:
-                    return await self._cells(client, scraper, todo, server, model, calibration, desc, stop)
+                    await self._cells(client, scraper, todo, server, model, calibration, desc, stop)
         finally:
             self.stop_requested = self.stop_requested or (stop.is_set() and self.abort_reason is None)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 
     async def _cells(
-        self, client: StreamingClient, scraper: MetricsScraper, todo: list[Cell], server: LaunchedServer | None,
+        self, client: StreamingClient, scraper: MetricsScraper, todo: CellQueue, server: LaunchedServer | None,
         model: str, calibration: TextCalibration, desc: dict[str, Any], stop: asyncio.Event,
-    ) -> list[Cell]:
-        """Measure the cells one after another; returns those left if the engine died."""
-        for k, cell in enumerate(todo):
-            if stop.is_set():
-                break
+    ) -> None:
+        """Measure the cells one after another, until they are done or the engine died."""
+        while not stop.is_set() and (cell := todo.take()) is not None:
             # the cell's records go to disk only (memory stays flat however long the cell);
             # they are read back from where they start once it ends
             start = self.writer.position
-            rule = AbortRule(cell.point or self.scenario, stop)
+            point = cell.point or self.scenario
+            rule = AbortRule(point, stop)
+            # the cell's own stop: the run's, or a probe's early stop
+            cell_stop = asyncio.Event()
+            relay = asyncio.create_task(_relay(stop, cell_stop))
+            watch = probe_watch(cell, cell_stop.set)
+            line: dict[str, Any] = {}
+            if cell.search is not None:
+                value = cell.concurrency if cell.rate is None else cell.rate
+                line["probe"] = {"search": cell.search, "value": value}
+                self.out.cells.write({"cell": cell.index, "status": "started", **line})
 
-            def emit(r: RequestRecord, rule: AbortRule = rule) -> None:
+            def emit(r: RequestRecord, rule: AbortRule = rule, watch: ProbeWatch | None = watch) -> None:
                 self.writer.write(r)
                 self.obs.record(r)
                 rule.add(r)
+                if watch is not None:
+                    watch.add(r)
 
             if self.context is not None and (why := too_long(cell, self.context)) is not None:
-                self.finish_cell(cell, [], "failed", why, desc)
+                relay.cancel()
+                self.finish_cell(cell, [], "failed", why, desc, line)
+                todo.finished(cell, self.entries[cell.index])
                 continue
             interrupted = False
             refused: str | None = None
             try:
-                await self._measure(client, scraper, server, cell, model, calibration, emit, stop)
+                await self._measure(client, scraper, server, cell, model, calibration, emit, cell_stop, watch)
             except TargetError as exc:
                 if self.plain:
                     raise
                 refused = str(exc)  # a matrix records the cell and goes on
             finally:
+                relay.cancel()
                 records = list(read_records(self.run_dir / RECORDS, start))
                 interrupted = stop.is_set() and rule.reason is None
+                if watch is not None and watch.stopped is not None:
+                    line["stopped_early"] = watch.stopped
                 if refused is not None:
-                    self.finish_cell(cell, records, "failed", refused, desc)
+                    self.finish_cell(cell, records, "failed", refused, desc, line)
                 elif rule.reason is not None:
                     self.abort_reason = rule.reason
-                    self.finish_cell(cell, records, "failed", f"aborted: {rule.reason}", desc)
+                    self.finish_cell(cell, records, "failed", f"aborted: {rule.reason}", desc, line)
                 elif not interrupted:
                     status, reason = cell_outcome(records, server)
-                    self.finish_cell(cell, records, status, reason, desc)
+                    self.finish_cell(cell, records, status, reason, desc, line)
                 elif records:  # measured before the stop: summarised, not finished
                     samples = self.probes.samples(cell.index)
                     self.entries[cell.index] = cell_summary(
                         self.scenario, cell, records, {"status": "interrupted", "server": desc}, samples
                     )
                     self.write_outputs()
+            if not interrupted:
+                todo.finished(cell, self.entries[cell.index])
             if server is not None and server.proc is not None and (code := server.proc.poll()) is not None:
                 self.engine_death = (exit_status(code), server.log_path, cell.index)
-                return todo[k + 1:]
-        return []
+                return
 
     async def _measure(
         self, client: StreamingClient, scraper: MetricsScraper, server: LaunchedServer | None, cell: Cell,
         model: str, calibration: TextCalibration, emit: Callable[[RequestRecord], None], stop: asyncio.Event,
+        watch: ProbeWatch | None = None,
     ) -> None:
         """One cell with its probes: GPU memory of the engine's processes, the server's /metrics."""
         def probe(kind: str) -> Callable[[dict[str, Any]], None]:
-            return lambda values: self.probes.write(cell.index, kind, values)
+            def write(values: dict[str, Any]) -> None:
+                self.probes.write(cell.index, kind, values)
+                if watch is not None and kind == "metrics":
+                    watch.scrape(values)
+
+            return write
 
         def started(total: int | None) -> None:
             self.obs.cell_started(cell, total, self.n_cells)
@@ -455,6 +396,8 @@ class _Run:
             return prepare_requests(self.scenario, cell, model, calibration, self.seed, stream, count=count,
                                     sources=sources, **self.flags)
 
+        if cell.search is not None:
+            await scraper.wait_idle()  # a probe starts on a server done with the one before
         try:
             await warmup(client, cell, requests(Stream.WARMUP, point.load.warmup_requests), emit, stop)
         except TargetError as exc:
@@ -494,3 +437,8 @@ class _Run:
         self.probes.close()
         if self.entries:
             self.write_outputs()
+
+
+async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()

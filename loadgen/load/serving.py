@@ -33,10 +33,14 @@ def group_cells(cells: list[Cell], *, launched: bool) -> list[list[Cell]]:
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         assert cell.point is not None
-        assert cell.point.serve is not None
-        key = cell.point.serve.model_dump_json(exclude={"port"})
-        groups.setdefault(key, []).append(cell)
+        groups.setdefault(serve_key(cell.point), []).append(cell)
     return list(groups.values())
+
+
+def serve_key(point: Scenario) -> str:
+    """Points with equal keys run on the same engine."""
+    assert point.serve is not None
+    return point.serve.model_dump_json(exclude={"port"})
 
 
 def engine_spec(point: Scenario, cpus: tuple[int, ...] = ()) -> EngineSpec:
@@ -47,6 +51,8 @@ def engine_spec(point: Scenario, cpus: tuple[int, ...] = ()) -> EngineSpec:
     assert serve.model is not None
     sweep = [c for c in point.load.concurrency if isinstance(c, int)]
     unlimited = len(sweep) < len(point.load.concurrency)
+    if (search := point.load.search) is not None and search.by == "concurrency":
+        sweep, unlimited = [int(search.max)], False
     slots = serve.slots or max([*sweep, point.workload.num_prompts if unlimited else 1])
     return build_spec(
         serve.model, backend=serve.engine, device=serve.device, quant=serve.quant, setting=serve.setting,

@@ -5,6 +5,7 @@
 - ``throughput.png``: total and output tokens/s per checkpoint, QPS written on each bar.
 - ``latency.png``: for a concurrency or rate sweep, output tokens/s against TTFT and TPOT
   (p50 and p99), each point labelled with its concurrency or rate.
+- ``capacity.png``: a capacity search's probes against its SLOs (``loadgen.report.capacity``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from loadgen.report.capacity import write_capacity_plots
 from loadgen.report.layouts import ENGINE_LABELS, QUANT_LABELS, model_label, speed_of
 from loadgen.results.summary import Distribution, Summary
 
@@ -136,6 +138,6 @@ def write_plots(summary: Summary, run_dir: Path) -> list[Path]:
         made.append(plot_speed(summary, run_dir / "speed.png"))
     if kind == "throughput":
         made.append(plot_throughput(summary, run_dir / "throughput.png"))
-    if kind != "single-stream":
+    if kind != "single-stream" and not summary.capacity:
         made.append(plot_latency(summary, run_dir / "latency.png"))
-    return [p for p in made if p is not None]
+    return [p for p in made if p is not None] + write_capacity_plots(summary, run_dir)

@@ -90,7 +90,8 @@ class ProgressObserver:
         self.tps, self.next_rate = "-", 0.0
         p = cell.params()
         lengths = p.get("workload") or f"in={p['input_tokens']} out={p['output_tokens']}"
-        desc = f"cell {cell.index + 1}/{cells} {lengths} c={p['concurrency']}"
+        what = f"probe {cell.index + 1}" if cell.search is not None else f"cell {cell.index + 1}/{cells}"
+        desc = f"{what} {lengths} c={p['concurrency']}"
         if p["rate"] is not None:
             desc += f" rate={p['rate']:g}"
         self.task = self.progress.add_task(desc, total=total, tps="-", errors=0)

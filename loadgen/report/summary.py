@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table as RichTable
 
+from loadgen.report.capacity import answer_lines, capacity_table, probe_table
 from loadgen.report.tables import Table, render_md
 from loadgen.results.summary import CellMetrics, CellSummary, Distribution, Summary
 
@@ -94,6 +95,8 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
     """One latency table per cell, its throughput line, and a sweep overview when swept."""
     out: list[RichTable | str] = []
     for cell in summary.cells:
+        if cell.probe is not None:
+            continue  # a search's probes are one table below
         if cell.metrics is None:
             out.append(f"[{cell.cell}] {_params_text(cell.params)}: {cell.status} -- {cell.reason}")
             continue
@@ -105,7 +108,12 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
             table.add_row(*row)
         out.append(table)
         out.append(_throughput_line(cell.metrics) + _cache_text(cell))
-    if len(summary.measured) > 1:
+    for cap in summary.capacity:
+        out.append(_rich(probe_table(cap)))
+    if len(summary.capacity) > 1:
+        out.append(_rich(capacity_table(summary)))
+    out += answer_lines(summary)
+    if len(summary.measured) > 1 and not summary.capacity:
         table = RichTable(title="sweep", title_justify="left")
         headers, rows = sweep_rows(summary)
         for h in headers:
@@ -113,6 +121,15 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
         for row in rows:
             table.add_row(*row)
         out.append(table)
+    return out
+
+
+def _rich(table: Table) -> RichTable:
+    out = RichTable(title=table.title, title_justify="left")
+    for h in table.headers:
+        out.add_column(h, justify="right")
+    for row in table.rows:
+        out.add_row(*row)
     return out
 
 
@@ -157,6 +174,14 @@ def render_markdown(summary: Summary) -> str:
         parts += [_md_table(["ms", *COLUMNS], _latency_rows(cell)), ""]
         parts += [_throughput_line(cell.metrics) + _cache_text(cell), ""]
         parts += [f"**Warning**: {w}" for w in cell.warnings] + ([""] if cell.warnings else [])
-    if len(summary.measured) > 1:
+    if summary.capacity:
+        parts += ["## Capacity", ""]
+        for cap in summary.capacity:
+            table = probe_table(cap)
+            parts += [table.title, "", render_md(table), ""]
+        if len(summary.capacity) > 1:
+            parts += [render_md(capacity_table(summary)), ""]
+        parts += [f"**{line}**" for line in answer_lines(summary)] + [""]
+    elif len(summary.measured) > 1:
         parts += ["## Sweep", "", _md_table(*sweep_rows(summary)), ""]
     return "\n".join(parts)

@@ -27,8 +27,10 @@ GIB = float(1 << 30)
 
 # what loadgen reports -> the metric names engines use for it (vLLM v1 and v0, SGLang, TGI, loadgen)
 GAUGES: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size"),
-    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size"),
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size",
+                "llamacpp:requests_processing", "loadgen_sim_requests_running"),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size",
+                "llamacpp:requests_deferred", "loadgen_sim_requests_waiting"),
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
     "engine_peak_allocated_bytes": ("loadgen_engine_peak_allocated_bytes",),
     # SGLang reports its radix cache's hit rate as a gauge (vLLM v0 did too, per GPU)

@@ -5,6 +5,7 @@
       provenance.json          loadgen/python/host, times, seed, clock base, server answers
       records.jsonl            one RequestRecord per line, appended as each request ends
       cells.jsonl              one line per finished cell: done / failed, the reason, its server
+                               (a search's probe has a line when it starts too, with its value)
       probes.jsonl             raw samples of the server's /metrics and of GPU memory, per cell
       summary.json             {"cells": [{"params", "status", "server", "metrics", ...}], ...}
       report.md                the summary as Markdown tables
@@ -28,6 +29,7 @@ import yaml
 
 from loadgen import __version__
 from loadgen.errors import RunDirError, ScenarioError, UsageError
+from loadgen.results.capacity import capacity_of, probe_entry
 from loadgen.results.client import summarize_client
 from loadgen.results.metrics import summarize
 from loadgen.results.probes import (
@@ -40,7 +42,7 @@ from loadgen.results.probes import (
 from loadgen.results.records import RecordWriter, RequestRecord, read_records
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.loader import parse_scenario
-from loadgen.scenario.matrix import Cell, expand_cells
+from loadgen.scenario.matrix import Cell, expand_cells, search_lines
 from loadgen.scenario.redact import dump_scenario, redact_argv
 from loadgen.scenario.schema import Scenario
 
@@ -114,6 +116,15 @@ def cell_summary(
             "repeats them), so TTFT is below a cold prefill's; let loadgen draw the seed, or set "
             "load.reset_cache: between-cells"
         )
+    metrics = summarize(records, point.slo) if measured else None
+    probe = None
+    if cell.search is not None and point.load.search is not None:
+        value = cell.concurrency if point.load.search.by == "concurrency" else cell.rate
+        assert value is not None
+        probe = probe_entry(
+            cell.search, point.load.search, float(value), [r for r in records if not r.warmup],
+            status["status"], status.get("stopped_early"), metrics.duration_s if metrics else None,
+        )
     return CellSummary(
         cell=cell.index,
         params=cell.params(),
@@ -121,23 +132,42 @@ def cell_summary(
         reason=status.get("reason"),
         note=point.note,
         server=server,
-        metrics=summarize(records, point.slo) if measured else None,
+        metrics=metrics,
         server_metrics=server_metrics,
         gpu_memory=summarize_gpu(samples.get("gpu", []), reason=no_gpu),
         client=summarize_client(samples.get("client", []), records, cell.rate is not None),
         server_prefix_cache_hit_rate=hit_rate,
         cache_reset=status.get("cache_reset"),
         warnings=tuple(warnings),
+        probe=probe,
     )
 
 
 def assemble_summary(
     scenario: Scenario, cells: list[CellSummary], *, model: str | None, interrupted: bool, aborted: str | None = None
 ) -> Summary:
+    capacity = tuple(
+        capacity_of(line.index, line.search, {**dict(line.labels), "input_tokens": line.input_tokens,
+                                              "output_tokens": line.output_tokens},
+                    [c for c in cells if c.probe is not None and c.probe["search"] == line.index])
+        for line in search_lines(scenario)
+    )
     return Summary(
         scenario=scenario.name, kind=scenario.kind, speed=scenario.speed, model=model, interrupted=interrupted,
-        cells=tuple(cells), aborted=aborted, seed=scenario.seed,
+        cells=tuple(cells), aborted=aborted, seed=scenario.seed, capacity=capacity,
     )
+
+
+def probe_cells(scenario: Scenario, statuses: dict[int, dict[str, Any]]) -> list[Cell]:
+    """The probes a run directory's searches measured, from their status lines (a probe's line
+    is written when it starts, with its value, and again when it ends)."""
+    lines = search_lines(scenario)
+    cells = []
+    for index, status in sorted(statuses.items()):
+        probe = status.get("probe")
+        if probe is not None and 0 <= probe["search"] < len(lines):
+            cells.append(lines[probe["search"]].probe(index, float(probe["value"])))
+    return cells
 
 
 class RunDirWriter:
@@ -231,12 +261,12 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
     legacy = not (run_dir / CELLS).is_file()
     probes = read_probes(run_dir / PROBES)
     entries = []
-    for cell in expand_cells(scenario):
+    for cell in [*expand_cells(scenario), *probe_cells(scenario, statuses)]:
         status = statuses.get(cell.index)
-        if status is None:
+        if status is None or status["status"] == "started":
             if cell.index not in by_cell:
                 continue
-            status = {"status": "done" if legacy else "interrupted"}
+            status = {**(status or {}), "status": "done" if legacy else "interrupted"}
         entries.append(cell_summary(scenario, cell, by_cell.get(cell.index, []), status, probes.get(cell.index, {})))
     provenance: dict[str, Any] = {}
     if (run_dir / PROVENANCE).is_file():

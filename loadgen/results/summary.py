@@ -143,6 +143,8 @@ class CellSummary:
     server_prefix_cache_hit_rate: float | None = None
     cache_reset: str | None = None
     warnings: tuple[str, ...] = ()
+    # a capacity search's probe: its value, figures against the objectives, the verdict
+    probe: dict[str, Any] | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -152,6 +154,8 @@ class CellSummary:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["metrics"] = None if self.metrics is None else self.metrics.to_dict()
         out["warnings"] = list(self.warnings)
+        if self.probe is None:
+            del out["probe"]
         return out
 
     @classmethod
@@ -164,6 +168,7 @@ class CellSummary:
             server_metrics=data.get("server_metrics"), gpu_memory=dict(data.get("gpu_memory") or {}),
             client=data.get("client"), server_prefix_cache_hit_rate=data.get("server_prefix_cache_hit_rate"),
             cache_reset=data.get("cache_reset"), warnings=tuple(data.get("warnings") or ()),
+            probe=data.get("probe"),
         )
 
 
@@ -179,6 +184,8 @@ class Summary:
     cells: tuple[CellSummary, ...]
     aborted: str | None = None  # the abort rule that ended the run, in words
     seed: int | None = None  # what the prompts and arrivals were drawn from
+    # capacity searches: their answers, in the order the scenario gives them
+    capacity: tuple[dict[str, Any], ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -194,6 +201,9 @@ class Summary:
         }
         if self.aborted is not None:
             out["aborted"] = self.aborted
+        if self.capacity:
+            # one search: its answer; a search per matrix point: a list of them
+            out["capacity"] = self.capacity[0] if len(self.capacity) == 1 else list(self.capacity)
         return out
 
     @classmethod
@@ -204,5 +214,6 @@ class Summary:
             interrupted=bool(data.get("interrupted", False)),
             cells=tuple(CellSummary.from_dict(c) for c in data.get("cells", [])), aborted=data.get("aborted"),
             seed=data.get("seed"),
+            capacity=tuple(cap if isinstance(cap := data.get("capacity") or [], list) else [cap]),
             schema_version=int(data.get("schema_version", 1)),
         )

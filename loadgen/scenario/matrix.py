@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from loadgen.errors import ScenarioError
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
 from loadgen.scenario.schema import AXES, Matrix, Scenario
+from loadgen.scenario.shapes import Search
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,8 @@ class Cell:
     rate: float | None
     point: Scenario | None = field(default=None, compare=False, repr=False)
     labels: tuple[tuple[str, Any], ...] = ()
+    # a search's probe: the search it belongs to (its index among the scenario's searches)
+    search: int | None = None
 
     def params(self) -> dict[str, Any]:
         out = {
@@ -98,13 +101,54 @@ def _copy(data: Any) -> Any:
 
 
 def expand_cells(scenario: Scenario, source: str = "<scenario>") -> list[Cell]:
-    """One cell per matrix point and combination of its swept values, in file order."""
+    """One cell per matrix point and combination of its swept values, in file order (a point
+    with a search has no cells of its own: its probes are chosen as the search goes)."""
     cells: list[Cell] = []
     for labels, point in points(scenario, source):
         w, ld = point.workload, point.load
+        if ld.search is not None:
+            continue
         for inp, out, conc, rate in itertools.product(w.input_tokens, w.output_tokens, ld.concurrency, ld.rate):
             cells.append(Cell(
                 len(cells), inp, out, None if conc == "unlimited" else int(conc), rate, point,
                 tuple(labels.items()),
             ))
     return cells
+
+
+@dataclass(frozen=True, slots=True)
+class SearchLine:
+    """One capacity search: a matrix point at one input and output length."""
+
+    index: int
+    point: Scenario = field(compare=False, repr=False)
+    labels: tuple[tuple[str, Any], ...]
+    input_tokens: int
+    output_tokens: int
+
+    @property
+    def search(self) -> Search:
+        assert self.point.load.search is not None
+        return self.point.load.search
+
+    def probe(self, index: int, value: float) -> Cell:
+        """The cell that probes ``value`` (a concurrency, or a rate under the point's concurrency cap)."""
+        conc: int | None
+        rate: float | None
+        if self.search.by == "concurrency":
+            conc, rate = int(value), None
+        else:
+            cap = self.point.load.concurrency[0]
+            conc, rate = None if cap == "unlimited" else int(cap), value
+        return Cell(index, self.input_tokens, self.output_tokens, conc, rate, self.point, self.labels, self.index)
+
+
+def search_lines(scenario: Scenario, source: str = "<scenario>") -> list[SearchLine]:
+    """Every search of a scenario: one per matrix point with a search and length combination."""
+    lines: list[SearchLine] = []
+    for labels, point in points(scenario, source):
+        if point.load.search is None:
+            continue
+        for inp, out in itertools.product(point.workload.input_tokens, point.workload.output_tokens):
+            lines.append(SearchLine(len(lines), point, tuple(labels.items()), inp, out))
+    return lines

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from loadgen.errors import ScenarioError
+from loadgen.errors import ScenarioError, UsageError
 from loadgen.scenario.schema import Scenario
 
 
@@ -65,3 +65,32 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
             msg = f"{msg} (got {err['input']!r})"
         parts.append(f"{field} -> {msg}")
     return f"{source}: " + "; ".join(parts)
+
+
+def search_overrides(search: str | None, slos: list[str]) -> list[str]:
+    """``--search BY[:MIN:MAX]`` and ``--slo METRIC:STAT:MS`` / ``--slo error_rate:SHARE`` as
+    ``--set`` texts (each ``--slo`` latency replaces that latency's objectives in the file)."""
+    out: list[str] = []
+    if search is not None:
+        by, *bounds = search.split(":")
+        if by not in ("concurrency", "rate") or len(bounds) not in (0, 2):
+            raise UsageError(f"--search {search!r}: give concurrency or rate, optionally with MIN:MAX "
+                             "(e.g. --search concurrency:1:256)")
+        out.append(f"load.search.by={by}")
+        if bounds:
+            out += [f"load.search.min={bounds[0]}", f"load.search.max={bounds[1]}"]
+    objectives: dict[str, dict[str, str]] = {}
+    for text in slos:
+        parts = text.split(":")
+        name = parts[0].removesuffix("_ms")
+        if name in ("error_rate", "errors") and len(parts) == 2:
+            out.append(f"load.search.slo.error_rate={parts[1]}")
+            continue
+        if name not in ("ttft", "tpot", "itl", "e2e") or len(parts) != 3:
+            raise UsageError(f"--slo {text!r}: give METRIC:STAT:MS (METRIC ttft, tpot, itl or e2e; e.g. "
+                             "--slo ttft:p99:300) or error_rate:SHARE (e.g. --slo error_rate:0.01)")
+        objectives.setdefault(f"{name}_ms", {})[parts[1]] = parts[2]
+    for key, stats in objectives.items():
+        flow = ", ".join(f"{stat}: {bound}" for stat, bound in stats.items())
+        out.append(f"load.search.slo.{key}={{{flow}}}")
+    return out

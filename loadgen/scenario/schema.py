@@ -24,6 +24,7 @@ from loadgen.scenario.shapes import (
     Lengths,
     MultiTurn,
     RampUp,
+    Search,
     SharedPrefix,
     Stage,
     Trace,
@@ -214,6 +215,8 @@ class Load(_Model):
     ramp_up: RampUp | None = None
     # stages run back to back in one cell, each for its duration (instead of one rate/concurrency)
     stages: tuple[Stage, ...] = ()
+    # a capacity search: probes chosen one after another until the SLO boundary is bracketed
+    search: Search | None = None
 
     @model_validator(mode="after")
     def _check_workers(self) -> Load:
@@ -223,6 +226,18 @@ class Load(_Model):
             raise ValueError("ramp_up and stages set the rate themselves: drop load.rate")
         if self.stages and self.duration_s is not None:
             raise ValueError("stages have their own durations: drop load.duration_s")
+        if self.search is not None:
+            if self.ramp_up is not None or self.stages:
+                raise ValueError("search chooses each probe's load: drop ramp_up and stages")
+            if self.search.by == "concurrency" and self.concurrency != (1,):
+                raise ValueError("search by concurrency sets load.concurrency itself: drop load.concurrency")
+            if any(r is not None for r in self.rate):
+                raise ValueError(
+                    "search by rate sets load.rate itself: drop load.rate" if self.search.by == "rate"
+                    else "a concurrency search is closed loop: drop load.rate"
+                )
+            if len(self.concurrency) > 1:
+                raise ValueError("a rate search takes one load.concurrency cap (or none)")
         if isinstance(self.workers, int) and self.workers < 1:
             raise ValueError(f"workers must be >= 1 or 'auto' (got {self.workers})")
         cpus = self.client_cpus
@@ -274,6 +289,11 @@ class SimOptions(_Model):
     reasoning_tokens: int = Field(0, ge=0)
     # request fields the simulator refuses with 400 (as strict servers refuse ignore_eos)
     reject_params: tuple[str, ...] = ()
+    # capacity: at most max_seqs served at once (the rest queue); ITL grows by itl_per_seq_us
+    # per other request served; the first token waits prefill_per_token_us per prompt token
+    max_seqs: int | None = Field(None, ge=1)
+    itl_per_seq_us: float = Field(0.0, ge=0)
+    prefill_per_token_us: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
     def _check_faults(self) -> SimOptions:
@@ -443,6 +463,14 @@ class Scenario(_Model):
                 update["output_tokens"] = (2048,)
             if update:
                 object.__setattr__(self, "workload", w.model_copy(update=update))
+        if ld.search is not None:
+            if self.kind == "single-stream":
+                raise ValueError("kind single-stream runs at batch 1: a search needs kind sweep or throughput")
+            if w.trace is not None:
+                raise ValueError("a trace sets its own arrival times: a search cannot probe it")
+            if ld.search.by == "rate" and "concurrency" not in ld.model_fields_set:
+                object.__setattr__(self, "load", ld.model_copy(update={"concurrency": ("unlimited",)}))
+                return self
         if self.kind == "throughput" and "concurrency" not in ld.model_fields_set:
             object.__setattr__(self, "load", ld.model_copy(update={"concurrency": ("unlimited",)}))
         return self

@@ -125,3 +125,82 @@ class Stage(_Model):
         if self.rate is None and self.concurrency is None:
             raise ValueError("a stage needs a rate, a concurrency or both")
         return self
+
+
+# the latencies an SLO may bound, by their scenario key; the figures are in milliseconds
+SLO_METRICS: dict[str, str] = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E latency"}
+
+
+def stat_quantile(stat: str) -> float | None:
+    """``p99`` -> 99.0, ``p99.9`` -> 99.9, ``mean`` / ``max`` -> None; ValueError for anything else."""
+    if stat in ("mean", "max"):
+        return None
+    try:
+        q = float(stat[1:]) if stat.startswith("p") else float("nan")
+    except ValueError:
+        q = float("nan")
+    if not 0 < q < 100:
+        raise ValueError(f"{stat!r} is not a statistic: use p50, p90, p99, p99.9 (any pNN between 0 and 100), "
+                         "mean or max")
+    return q
+
+
+class SearchSlo(_Model):
+    """What a probe must meet: per latency, statistic -> milliseconds (``ttft_ms: {p99: 300}``),
+    and the highest share of failed requests (``error_rate: 0.01``)."""
+
+    ttft_ms: dict[str, float] = Field(default_factory=dict)
+    tpot_ms: dict[str, float] = Field(default_factory=dict)
+    itl_ms: dict[str, float] = Field(default_factory=dict)
+    e2e_ms: dict[str, float] = Field(default_factory=dict)
+    error_rate: float | None = Field(None, ge=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stat_names(cls, data: object) -> object:
+        # YAML reads `p99.9: 300` as the key "p99.9"; a bare number is not a statistic
+        if isinstance(data, dict):
+            for key in SLO_METRICS:
+                value = data.get(key)
+                if value is not None and not isinstance(value, dict):
+                    raise ValueError(f"{key}: give a statistic and a bound in ms, e.g. {key}: {{p99: {value}}}")
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> SearchSlo:
+        for key in SLO_METRICS:
+            for stat, bound in getattr(self, key).items():
+                stat_quantile(stat)
+                if bound <= 0:
+                    raise ValueError(f"{key}.{stat}: the bound must be > 0 ms (got {bound})")
+        if not self.bounds() and self.error_rate is None:
+            raise ValueError("give at least one objective, e.g. ttft_ms: {p99: 300} or error_rate: 0.01")
+        return self
+
+    def bounds(self) -> list[tuple[str, str, float]]:
+        """(metric key, statistic, bound in ms) of every latency objective, in a fixed order."""
+        return [(key, stat, bound) for key in SLO_METRICS for stat, bound in getattr(self, key).items()]
+
+
+class Search(_Model):
+    """A capacity search: the most concurrency (closed loop) or rate (open loop) in
+    [``min``, ``max``] whose probe meets every SLO. Probes double from ``min`` until one breaks
+    an SLO (or ``max`` is met), then bisect until the boundary is bracketed to 1 in
+    concurrency or to ``rate_tolerance`` (a share, default 5%) in rate."""
+
+    by: Literal["concurrency", "rate"]
+    min: float = Field(1.0, gt=0)
+    max: float = Field(256.0, gt=0)
+    slo: SearchSlo
+    rate_tolerance: float = Field(0.05, gt=0, le=1)
+    # stop a probe as soon as it has clearly broken an SLO (or the server's queue keeps growing)
+    early_stop: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> Search:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max:g}) is below min ({self.min:g})")
+        if self.by == "concurrency" and not (float(self.min).is_integer() and float(self.max).is_integer()):
+            raise ValueError(f"a concurrency search needs whole numbers for min and max (got {self.min:g}, "
+                             f"{self.max:g})")
+        return self

@@ -81,6 +81,9 @@ def sim_spec(serve: Serve) -> LaunchSpec:
         *(("--api-key-env", sim.api_key_env) if sim.api_key_env else ()),
         *(("--reasoning-tokens", str(sim.reasoning_tokens)) if sim.reasoning_tokens else ()),
         *(x for name in sim.reject_params for x in ("--reject-param", name)),
+        *(("--max-seqs", str(sim.max_seqs)) if sim.max_seqs else ()),
+        *(("--itl-per-seq-us", f"{sim.itl_per_seq_us:g}") if sim.itl_per_seq_us else ()),
+        *(("--prefill-per-token-us", f"{sim.prefill_per_token_us:g}") if sim.prefill_per_token_us else ()),
     )
     return LaunchSpec(argv, serve.host, port, ready_timeout_s=serve.ready_timeout_s or 60.0, name="sim")
 

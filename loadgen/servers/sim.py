@@ -1,7 +1,17 @@
 """``loadgen sim``: a calibrated OpenAI-compatible server whose timing is the known truth.
 
 Token i of a request that arrived at ``a`` is sent at ``a + ttft + i * itl`` on an absolute
-schedule (sleeps target the deadline, so delays never accumulate). Times come from
+schedule (sleeps target the deadline, so delays never accumulate).
+
+With a capacity (``SimConfig.max_seqs``, ``itl_per_seq_s``, ``prefill_per_token_s``) the
+simulator serves like a batching engine whose truth is still exact: at most ``max_seqs``
+requests are served at once and the rest wait in arrival order; a request is *admitted* at
+``s`` (its arrival, or the moment a served request ended and passed it the slot) while ``k``
+others are being served, and then streams token i at
+``s + ttft + prompt_tokens * prefill_per_token + i * (itl + k * itl_per_seq)``. Its TTFT as a
+client sees it is that plus the wait ``s - a``. A client that hangs up is dropped at the next
+token it would have been sent (or when its turn comes, if it was waiting), as engines abort
+requests whose connection closed. Times come from
 ``time.perf_counter`` (uvloop's loop clock has millisecond steps); how the simulator keeps
 its deadlines despite wake-up latency is in ``SimApp._sleep_until``, and how late each
 chunk actually left is exported on ``/metrics`` (``loadgen_sim_chunk_lateness_seconds``). ``max_tokens`` is
@@ -24,7 +34,7 @@ import random
 import socket
 import struct
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +97,18 @@ class SimConfig:
     reasoning_tokens: int = 0
     # request fields answered with 400, as a strict OpenAI-compatible server answers fields it does not know
     reject_params: tuple[str, ...] = ()
+    # capacity: at most this many requests served at once (None: unlimited), the rest queue
+    max_seqs: int | None = None
+    # a request admitted while k others are served streams at itl + k * itl_per_seq
+    itl_per_seq_s: float = 0.0
+    # prefill time per prompt token, added to the first token's delay
+    prefill_per_token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_seqs is not None and self.max_seqs < 1:
+            raise ValueError(f"max_seqs must be >= 1 (got {self.max_seqs})")
+        if self.itl_per_seq_s < 0 or self.prefill_per_token_s < 0:
+            raise ValueError("itl_per_seq and prefill_per_token must be >= 0")
 
 
 @dataclass(slots=True)
@@ -94,6 +116,8 @@ class SimStats:
     requests_total: int = 0
     requests_completed: int = 0
     requests_running: int = 0
+    requests_waiting: int = 0  # queued for a slot (only with max_seqs)
+    requests_aborted: int = 0  # the client hung up before the last token
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     # how late each chunk left against its deadline: the simulator's own error
@@ -172,6 +196,42 @@ class SimApp(OpenAIApp):
         self._created = self.created
         self._lead_s = 0.0  # running estimate of how late a sleep wakes up
         self._fault_rng = random.Random(config.faults.seed)
+        self._serving = 0  # admitted and not yet finished (the occupancy k is counted from)
+        self._queue: deque[asyncio.Future[float]] = deque()  # waiting for a slot, in arrival order
+
+    async def _admit(self, arrival: float) -> tuple[float, int]:
+        """Wait for a slot; returns when the request was admitted and how many others were
+        being served then. A waiter is admitted at the moment the slot was freed, not when
+        its coroutine wakes, so the schedule stays exact."""
+        cap = self.config.max_seqs
+        if cap is None or (self._serving < cap and not self._queue):
+            self._serving += 1
+            return arrival, self._serving - 1
+        slot: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._queue.append(slot)
+        self.stats.requests_waiting += 1
+        try:
+            admitted = await slot
+        except asyncio.CancelledError:
+            if slot.done() and not slot.cancelled():
+                self._release()  # handed a slot while being cancelled: pass it on
+            raise
+        finally:
+            self.stats.requests_waiting -= 1
+            if not slot.done():
+                slot.cancel()
+                self._queue.remove(slot)
+        return admitted, self._serving - 1
+
+    def _release(self) -> None:
+        """A served request ended: its slot goes to the first waiter still waiting."""
+        now = time.perf_counter()
+        while self._queue:
+            waiter = self._queue.popleft()
+            if not waiter.done():
+                waiter.set_result(now)  # the occupancy stays: the slot changes hands
+                return
+        self._serving -= 1
 
     async def _sleep_until(self, deadline: float) -> None:
         """Sleep until ``deadline`` (perf_counter seconds).
@@ -220,6 +280,9 @@ class SimApp(OpenAIApp):
         yield counter("loadgen_sim_requests", "requests received", s.requests_total)
         yield counter("loadgen_sim_requests_completed", "requests answered in full", s.requests_completed)
         yield gauge("loadgen_sim_requests_running", "requests being answered", s.requests_running)
+        yield gauge("loadgen_sim_requests_waiting", "requests queued for a slot (max_seqs)", s.requests_waiting)
+        yield counter("loadgen_sim_requests_aborted", "requests whose client hung up before the end",
+                      s.requests_aborted)
         yield counter("loadgen_sim_prompt_tokens", "prompt tokens of the requests answered", s.prompt_tokens_total)
         yield counter("loadgen_sim_generation_tokens", "output tokens sent", s.generation_tokens_total)
         yield SummaryMetricFamily(
@@ -278,27 +341,38 @@ class SimApp(OpenAIApp):
             await respond(send, 400, error("prompt + max_tokens exceeds max_model_len"))
             return
         prompt_tokens = len(tokens)
-        # counted (and reported per request) only: cached tokens do not shorten the simulated TTFT
-        cached = self.cache.lookup(tokens)
-        self.stats.requests_running += 1
-        self.stats.prompt_tokens_total += prompt_tokens
+        admitted, others = await self._admit(arrival)
         try:
-            if fault == "slow_ttft":
-                arrival += faults.slow_ttft_s
-            if body.get("stream"):
-                if await self._stream(send, body, arrival, chat, prompt_tokens, max_tokens, fault, cached):
+            if _hung_up(send):
+                self.stats.requests_aborted += 1
+                return
+            # counted (and reported per request) only: cached tokens do not shorten the simulated TTFT
+            cached = self.cache.lookup(tokens)
+            self.stats.requests_running += 1
+            self.stats.prompt_tokens_total += prompt_tokens
+            cfg = self.config
+            timing = _Timing(
+                start=admitted + cfg.ttft_s + prompt_tokens * cfg.prefill_per_token_s
+                + (faults.slow_ttft_s if fault == "slow_ttft" else 0.0),
+                itl=cfg.itl_s + others * cfg.itl_per_seq_s,
+            )
+            try:
+                if body.get("stream"):
+                    if await self._stream(send, body, timing, chat, prompt_tokens, max_tokens, fault, cached):
+                        self.stats.requests_completed += 1
+                else:
+                    await self._whole(send, timing, chat, prompt_tokens, max_tokens)
                     self.stats.requests_completed += 1
-            else:
-                await self._whole(send, arrival, chat, prompt_tokens, max_tokens)
-                self.stats.requests_completed += 1
+            finally:
+                self.stats.requests_running -= 1
         finally:
-            self.stats.requests_running -= 1
+            if self.config.max_seqs is None:
+                self._serving -= 1
+            else:
+                self._release()
 
-    async def _whole(
-        self, send: Any, arrival: float, chat: bool, prompt_tokens: int, max_tokens: int
-    ) -> None:
-        cfg = self.config
-        await self._sleep_until(arrival + cfg.ttft_s + (max_tokens - 1) * cfg.itl_s)
+    async def _whole(self, send: Any, timing: _Timing, chat: bool, prompt_tokens: int, max_tokens: int) -> None:
+        await self._sleep_until(timing.start + (max_tokens - 1) * timing.itl)
         text = "".join(" " + WORDS[i % len(WORDS)] for i in range(max_tokens))
         self.stats.generation_tokens_total += max_tokens
         await respond(send, 200, whole_answer(
@@ -310,7 +384,7 @@ class SimApp(OpenAIApp):
         self,
         send: Any,
         body: dict[str, Any],
-        arrival: float,
+        timing: _Timing,
         chat: bool,
         prompt_tokens: int,
         max_tokens: int,
@@ -347,8 +421,11 @@ class SimApp(OpenAIApp):
                     fault = None  # the client is expected to give up here; the rest goes unread
                 if fault == "stall":
                     shift, fault = cfg.faults.stall_s, None
-            deadline = arrival + cfg.ttft_s + (end - 1) * cfg.itl_s + shift
+            deadline = timing.start + (end - 1) * timing.itl + shift
             await self._sleep_until(deadline)
+            if _hung_up(send):
+                self.stats.requests_aborted += 1
+                return False
             text = "".join(" " + WORDS[i % len(WORDS)] for i in range(start, end))
             finish = b'"length"' if end == max_tokens else b"null"
             if chat:
@@ -380,6 +457,19 @@ class SimApp(OpenAIApp):
         else:
             await end_stream(send)
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Timing:
+    """When a request's first token leaves (perf_counter seconds) and the gap after each."""
+
+    start: float
+    itl: float
+
+
+def _hung_up(send: Any) -> bool:
+    """Whether the client closed the connection (uvicorn's request cycle knows)."""
+    return bool(getattr(getattr(send, "__self__", None), "disconnected", False))
 
 
 def _reset(send: Any) -> None:

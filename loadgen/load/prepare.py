@@ -1,0 +1,110 @@
+"""What a run settles before it measures: the seed its prompts are drawn from, the run
+directory it continues, the model it sends; and what it tells its front end as it goes."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import orjson
+
+from loadgen.errors import TargetError, UsageError
+from loadgen.load.client import StreamingClient
+from loadgen.load.target import pick_model
+from loadgen.results.records import RequestRecord
+from loadgen.results.rundir import CELLS, PROVENANCE, SCENARIO, read_cell_status, set_aside_records, stored_seed
+from loadgen.results.summary import CellSummary, Summary
+from loadgen.scenario.matrix import Cell
+from loadgen.scenario.redact import dump_scenario
+from loadgen.scenario.schema import Scenario
+
+
+class Observer(Protocol):
+    """What a front end (the CLI's progress bar) is told while a run goes on."""
+
+    def message(self, text: str) -> None: ...
+    def cell_started(self, cell: Cell, total: int | None, cells: int) -> None: ...
+    def record(self, record: RequestRecord) -> None: ...
+    def cell_finished(self, cell: Cell, summary: CellSummary) -> None: ...
+
+
+class QuietObserver:
+    def message(self, text: str) -> None:
+        pass
+
+    def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:
+        pass
+
+    def record(self, record: RequestRecord) -> None:
+        pass
+
+    def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run_dir: Path
+    summary: Summary
+    interrupted: bool
+    aborted: str | None = None  # the abort rule that ended the run, in words
+
+
+def with_run_seed(scenario: Scenario, resumed: Path | None, obs: Observer) -> Scenario:
+    """The scenario with the seed its prompts and arrivals are drawn from: the one given, the
+    resumed run's own, or a fresh one, so that no prompt repeats one of an earlier run that the
+    server may still hold in its prefix cache."""
+    if scenario.seed is not None:
+        obs.message(
+            f"seed {scenario.seed} given: the prompts are those of every run with this seed, and a server "
+            "with prefix caching may answer them from its cache (its hit rate is reported per cell)"
+        )
+        return scenario
+    seed = stored_seed(resumed) if resumed is not None else None
+    return scenario.model_copy(update={"seed": secrets.randbits(63) if seed is None else seed})
+
+
+def reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[dict[str, Any], set[int]]:
+    """An interrupted run directory to continue: same scenario; records of unfinished cells set aside."""
+    if not (run_dir / SCENARIO).is_file():
+        raise UsageError(f"{run_dir}: --resume needs an existing run directory (no {SCENARIO} there)")
+    if (run_dir / SCENARIO).read_text() != dump_scenario(scenario):
+        raise UsageError(
+            f"{run_dir}: --resume: the scenario differs from the one this run started with "
+            f"({SCENARIO}); resume with the same file and --set values, or start a new run"
+        )
+    statuses = read_cell_status(run_dir)
+    finished = {
+        i for i, s in statuses.items() if s["status"] not in ("started", "set-aside")
+        and (s["status"] == "done" or not retry_failed)
+    }
+    set_aside_records(run_dir, keep=finished)
+    # cells measured again lose their old status line (a search may probe other values now)
+    with (run_dir / CELLS).open("ab") as f:
+        f.writelines(orjson.dumps({"cell": i, "status": "set-aside"}) + b"\n"
+                     for i, s in sorted(statuses.items()) if i not in finished and s["status"] != "set-aside")
+    provenance: dict[str, Any] = orjson.loads((run_dir / PROVENANCE).read_bytes())
+    provenance.setdefault("resumed_wall", []).append(datetime.now(UTC).isoformat())
+    return provenance, finished
+
+
+async def resolve_model(
+    client: StreamingClient, base_url: str, wanted: str, provenance: dict[str, Any]
+) -> str:
+    try:
+        models = await client.fetch_models()
+    except (httpx.HTTPError, ValueError) as exc:
+        reason = (str(exc) or type(exc).__name__).splitlines()[0]  # httpx appends a second line of help
+        if wanted == "auto":
+            raise TargetError(
+                f"{base_url}/models: cannot list models ({reason}); is an OpenAI-compatible "
+                "server running there? (or set target.model to skip the lookup)"
+            ) from exc
+        provenance["server_models"] = {"error": reason}
+        return wanted
+    provenance["server_models"] = models
+    return pick_model(models, wanted, f"{base_url}/models")

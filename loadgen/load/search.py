@@ -1,0 +1,269 @@
+"""What a run measures next: the listed cells in order, or a capacity search's probes, each
+chosen from the verdicts of those before it; and the watch that stops a probe early once it
+has clearly broken an objective.
+
+A probe stops early when its verdict can no longer change (enough requests already over a
+bound that the percentile over every planned request must exceed it, or more failures than
+the error rate allows), when a running figure is over twice its bound after 20 requests,
+or, open loop, when the server's queue (``vllm:num_requests_waiting`` and its peers) grew
+at each of the last scrapes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from loadgen.load.serving import group_cells, serve_key
+from loadgen.results.capacity import (
+    ERROR_RATE,
+    QUEUE,
+    broken,
+    next_value,
+    objective_key,
+    objective_label,
+    slo_figures,
+)
+from loadgen.results.metrics import tpot
+from loadgen.results.records import RequestRecord
+from loadgen.results.summary import CellSummary
+from loadgen.scenario.matrix import Cell, SearchLine
+from loadgen.scenario.schema import Scenario
+from loadgen.scenario.shapes import Search, stat_quantile
+
+
+class CellQueue(Protocol):
+    """The cells one engine measures, one at a time."""
+
+    @property
+    def point(self) -> Scenario: ...
+    def peek(self) -> Cell | None: ...
+    def take(self) -> Cell | None: ...
+    def known(self) -> list[Cell]: ...
+    def finished(self, cell: Cell, entry: CellSummary) -> None: ...
+
+
+class ListQueue:
+    """Cells known in advance (a sweep, a matrix group)."""
+
+    def __init__(self, cells: Sequence[Cell]) -> None:
+        assert cells
+        assert cells[0].point is not None
+        self._point: Scenario = cells[0].point
+        self.cells = list(cells)
+
+    @property
+    def point(self) -> Scenario:
+        return self._point
+
+    def peek(self) -> Cell | None:
+        return self.cells[0] if self.cells else None
+
+    def known(self) -> list[Cell]:
+        return list(self.cells)
+
+    def take(self) -> Cell | None:
+        return self.cells.pop(0) if self.cells else None
+
+    def finished(self, cell: Cell, entry: CellSummary) -> None:
+        pass
+
+
+class Numbering:
+    """Cell numbers for probes, after every number the run directory already holds."""
+
+    def __init__(self, start: int) -> None:
+        self.next = start
+
+    def take(self) -> int:
+        self.next += 1
+        return self.next - 1
+
+
+class SearchQueue:
+    """The searches of one engine, one after another; each probe's value comes from the
+    verdicts before it (``done``: the probes a resumed run already finished, by search)."""
+
+    def __init__(self, lines: Sequence[SearchLine], done: dict[int, list[tuple[float, bool]]], numbers: Numbering):
+        self.lines = list(lines)
+        self.results = {line.index: list(done.get(line.index, [])) for line in self.lines}
+        self.numbers = numbers
+        self._pending: Cell | None = None
+
+    @property
+    def point(self) -> Scenario:
+        return self.lines[0].point
+
+    def peek(self) -> Cell | None:
+        if self._pending is None:
+            while self.lines:
+                line = self.lines[0]
+                value = next_value(line.search, self.results[line.index])
+                if value is not None:
+                    self._pending = line.probe(self.numbers.take(), value)
+                    break
+                self.lines.pop(0)
+        return self._pending
+
+    def take(self) -> Cell | None:
+        cell = self.peek()
+        self._pending = None
+        return cell
+
+    def known(self) -> list[Cell]:
+        """The next probe (the later ones depend on its verdict)."""
+        cell = self.peek()
+        return [] if cell is None else [cell]
+
+    def finished(self, cell: Cell, entry: CellSummary) -> None:
+        if cell.search is not None and entry.probe is not None and entry.status in ("done", "failed"):
+            self.results[cell.search].append((float(entry.probe["value"]), bool(entry.probe["meets_slo"])))
+
+
+def resumed_results(entries: Sequence[CellSummary]) -> dict[int, list[tuple[float, bool]]]:
+    """The finished probes of a resumed run, by search, in probe order."""
+    out: dict[int, list[tuple[float, bool]]] = {}
+    for e in sorted(entries, key=lambda e: e.cell):
+        if e.probe is not None and e.status in ("done", "failed"):
+            out.setdefault(int(e.probe["search"]), []).append((float(e.probe["value"]), bool(e.probe["meets_slo"])))
+    return out
+
+
+class ProbeWatch:
+    """Watches a probe's records and the server's queue; ``stop()`` is called once, with the
+    reason in ``stopped`` (``{"objective", "reason"}``), when the probe has clearly broken an objective."""
+
+    MIN_RECORDS = 20
+    FAR = 2.0
+    QUEUE_SCRAPES = 4  # the queue grew at each of the last 3 intervals between these scrapes
+    QUEUE_MIN = 4
+
+    def __init__(self, search: Search, planned: int | None, open_loop: bool, stop: Callable[[], None]) -> None:
+        self.slo = search.slo
+        self.enabled = search.early_stop
+        self.planned, self.open_loop, self._stop = planned, open_loop, stop
+        self.stopped: dict[str, Any] | None = None
+        self.records: list[RequestRecord] = []
+        self.over: Counter[str] = Counter()
+        self.ended = self.failed = 0
+        self.waiting: list[float] = []
+
+    def _halt(self, objective: str, reason: str) -> None:
+        self.stopped = {"objective": objective, "reason": reason}
+        self._stop()
+
+    def add(self, r: RequestRecord) -> None:
+        if not self.enabled or self.stopped is not None or r.warmup or r.error == "cancelled":
+            return
+        self.ended += 1
+        ok = r.ok and r.first_token_at is not None and r.sent_at is not None
+        self.failed += not ok
+        self.records.append(r)
+        if ok:
+            values = _request_values(r)
+            for metric, stat, bound in self.slo.bounds():
+                v = values.get(metric)
+                if v is not None and v > bound:
+                    self.over[objective_key(metric, stat)] += 1
+        if self.planned is not None and self._certain(self.planned):
+            return
+        n = len(self.records)
+        if n >= self.MIN_RECORDS and n % 10 == 0:
+            self._far_over()
+
+    def _certain(self, planned: int) -> bool:
+        """Whether the probe must break an objective whatever its remaining requests do."""
+        rate = self.slo.error_rate
+        if rate is not None and self.failed > rate * planned:
+            self._halt(ERROR_RATE, f"{self.failed} of the {planned} requests failed: the error rate is over "
+                                   f"{rate:.1%} whatever the rest do")
+            return True
+        for metric, stat, bound in self.slo.bounds():
+            key = objective_key(metric, stat)
+            q = stat_quantile(stat)
+            if metric == "itl_ms" or (q is None and stat == "mean"):
+                continue  # pooled gaps, and a mean, can still come down
+            # numpy's linear percentile over m <= planned values exceeds the bound once this many do
+            need = 1 if q is None else planned - math.floor((planned - 1) * q / 100)
+            if self.over[key] >= need:
+                self._halt(key, f"{self.over[key]} of the {planned} requests over {bound:g} ms: "
+                                f"{objective_label(key)} is over it whatever the rest do")
+                return True
+        return False
+
+    def _far_over(self) -> None:
+        figures = slo_figures(self.records, self.slo)
+        for key in broken(figures, self.slo):
+            value = figures.get(key)
+            bound = self.slo.error_rate if key == ERROR_RATE else _bound(self.slo.bounds(), key)
+            if value is not None and bound is not None and value > self.FAR * bound and bound > 0:
+                shown = f"{value:.1%}" if key == ERROR_RATE else f"{value:.1f} ms"
+                self._halt(key, f"{objective_label(key)} over the first {len(self.records)} requests is {shown}, "
+                                f"more than {self.FAR:g} times its bound")
+                return
+
+    def scrape(self, values: dict[str, Any]) -> None:
+        """A /metrics sample: open loop, a queue that grew at each of the last scrapes stops the probe."""
+        if not self.enabled or self.stopped is not None or not self.open_loop:
+            return
+        waiting = (values.get("gauges") or {}).get("waiting")
+        if waiting is None:
+            return
+        self.waiting.append(float(waiting))
+        last = self.waiting[-self.QUEUE_SCRAPES:]
+        if (
+            len(last) == self.QUEUE_SCRAPES and all(b > a for a, b in zip(last, last[1:], strict=False))
+            and last[-1] >= self.QUEUE_MIN
+        ):
+            self._halt(QUEUE, f"the server's queue grew at every scrape, from {last[0]:g} to {last[-1]:g} "
+                              "requests waiting: the load is over what it serves")
+
+
+def probe_watch(cell: Cell, stop: Callable[[], None]) -> ProbeWatch | None:
+    """The early-stop watch of a search's probe (None for any other cell)."""
+    point = cell.point
+    if cell.search is None or point is None or point.load.search is None:
+        return None
+    w = point.workload
+    # every request the probe plans, when it is a number of them (not a duration)
+    planned = None if point.load.duration_s else w.num_prompts * (w.multi_turn.turns if w.multi_turn else 1)
+    return ProbeWatch(point.load.search, planned, cell.rate is not None, stop)
+
+
+def _bound(bounds: list[tuple[str, str, float]], key: str) -> float | None:
+    return next((b for m, s, b in bounds if objective_key(m, s) == key), None)
+
+
+def _request_values(r: RequestRecord) -> dict[str, float]:
+    """One request's TTFT, TPOT and E2E latency in ms (what a per-request bound is checked on)."""
+    assert r.first_token_at is not None
+    assert r.sent_at is not None
+    out = {"ttft_ms": (r.first_token_at - r.sent_at) * 1e3}
+    if (t := tpot(r)) is not None:
+        out["tpot_ms"] = t * 1e3
+    if r.done_at is not None:
+        out["e2e_ms"] = (r.done_at - r.sent_at) * 1e3
+    return out
+
+
+def make_queues(
+    cells: Sequence[Cell], lines: Sequence[SearchLine], finished: set[int], entries: Sequence[CellSummary],
+    *, launched: bool,
+) -> list[CellQueue]:
+    """The run's work, one queue per engine it needs: the listed cells not yet finished, then
+    the searches (probes numbered after every cell the run directory holds)."""
+    queues: list[CellQueue] = []
+    for group in group_cells(list(cells), launched=launched):
+        todo = [c for c in group if c.index not in finished]
+        if todo:
+            queues.append(ListQueue(todo))
+    if lines:
+        numbers = Numbering(max([len(cells) - 1, *finished, *(e.cell for e in entries)], default=-1) + 1)
+        done = resumed_results(entries)
+        groups: dict[str, list[SearchLine]] = {}
+        for line in lines:
+            groups.setdefault(serve_key(line.point) if launched else "", []).append(line)
+        queues += [SearchQueue(group, done, numbers) for group in groups.values()]
+    return queues

@@ -1,0 +1,215 @@
+"""A capacity search for people: its probes as a table, the answer as one sentence, searches
+across a matrix as a comparison table (one row per engine, quantization and length), and a
+chart of each SLO'd figure and the throughput against the load, the SLO lines drawn and the
+answer marked (``capacity.png``; ``capacity-N.png`` for search N of several).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadgen.report.layouts import ENGINE_LABELS, QUANT_LABELS, model_label
+from loadgen.report.tables import Table
+from loadgen.results.capacity import ERROR_RATE, QUEUE, objective_label
+from loadgen.results.summary import CellSummary, Summary
+
+
+def _value(by: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    return str(int(v)) if by == "concurrency" else f"{v:.4g}"
+
+
+def _num(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _figure(key: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1%}" if key == ERROR_RATE else f"{v:.2f}"
+
+
+def objective_keys(cap: dict[str, Any]) -> list[str]:
+    """The objectives a search checked, in the order its figures are kept."""
+    keys: list[str] = []
+    for probe in cap["probes"]:
+        keys += [k for k in probe["figures"] if k not in keys]
+    return keys
+
+
+def _verdict(probe: dict[str, Any]) -> str:
+    if probe["meets_slo"]:
+        return "meets"
+    if not probe["broken"]:
+        return str(probe["status"])
+    text = "breaks " + ", ".join(objective_label(k) for k in probe["broken"])
+    return text + (" (stopped early)" if probe.get("stopped_early") else "")
+
+
+def probe_table(cap: dict[str, Any]) -> Table:
+    """One row per probe, numbered in the order the search ran them."""
+    keys = objective_keys(cap)
+    unit = {k: "" if k == ERROR_RATE else " ms" for k in keys}
+    headers = (
+        "#", cap["by"], *(f"{objective_label(k)}{unit[k]}" for k in keys), "QPS", "output tok/s", "goodput",
+        "verdict",
+    )
+    rows = tuple(
+        (
+            str(n), _value(cap["by"], p["value"]), *(_figure(k, p["figures"].get(k)) for k in keys),
+            _num(p["request_throughput"], 3), _num(p["output_throughput"], 1), _num(p["goodput"], 3), _verdict(p),
+        )
+        for n, p in enumerate(cap["probes"], 1)
+    )
+    return Table(headers, rows, title=f"search by {cap['by']}: {slo_text(cap['slo'])}")
+
+
+def slo_text(slo: dict[str, Any]) -> str:
+    """``TTFT p99 <= 300 ms, TPOT p99 <= 20.25 ms, error rate <= 1%``."""
+    parts = []
+    for key, stats in slo.items():
+        if key == "error_rate":
+            parts.append(f"error rate <= {stats:.2%}".replace(".00%", "%"))
+        elif isinstance(stats, dict):
+            parts += [f"{objective_label(f'{key}.{s}')} <= {b:g} ms" for s, b in stats.items()]
+    return ", ".join(parts)
+
+
+def answer_lines(summary: Summary) -> list[str]:
+    """Each search's answer in one sentence (named by its matrix point when there are several)."""
+    lines = []
+    for cap in summary.capacity:
+        prefix = ""
+        if len(summary.capacity) > 1:
+            prefix = ", ".join(f"{k}={v}" for k, v in cap["labels"].items()) + ": "
+        lines.append(prefix + cap["answer"])
+    return lines
+
+
+def _first_probe(summary: Summary, cap: dict[str, Any]) -> CellSummary | None:
+    cells = {c.cell: c for c in summary.cells}
+    return next((cells[p["cell"]] for p in cap["probes"] if p["cell"] in cells), None)
+
+
+def capacity_table(summary: Summary) -> Table:
+    """The comparison in SLO terms: one row per search (engine, quantization, lengths), with the
+    most load meeting the SLOs, what was served there, and what binds above it."""
+    by = {cap["by"] for cap in summary.capacity}
+    what = "Concurrency" if by == {"concurrency"} else ("QPS" if by == {"rate"} else "Load")
+    headers = ("Model", "Software", "Quantization", "Input Length", "Output Length", f"Max {what} at SLO",
+               "QPS", "Output Tokens/s", "Goodput", "Binds")
+    rows = []
+    for cap in summary.capacity:
+        cell = _first_probe(summary, cap)
+        server = cell.server if cell is not None else {}
+        quant = str(server.get("quant"))
+        engine = str(server.get("backend"))
+        binds = ", ".join(objective_label(k) for k in cap["limiting_slo"] if k != QUEUE) or (
+            "queue" if QUEUE in cap["limiting_slo"] else "-")
+        if cap["binds_at"] is not None:
+            binds += f" at {_value(cap['by'], cap['binds_at'])}"
+        rows.append((
+            model_label(server) if server else "-", ENGINE_LABELS.get(engine, engine),
+            QUANT_LABELS.get(quant, quant), str(cap["labels"].get("input_tokens", "-")),
+            str(cap["labels"].get("output_tokens", "-")),
+            _value(cap["by"], cap["max_meeting_slo"]) + ("" if cap["complete"] else " (unfinished)"),
+            _num(cap["request_throughput"], 3), _num(cap["output_throughput"], 1), _num(cap["goodput"], 3), binds,
+        ))
+    slos = {slo_text(cap["slo"]) for cap in summary.capacity}
+    notes = tuple(f"SLOs: {s}" for s in sorted(slos))
+    return Table(headers, tuple(rows), group_columns=2, key_columns=5, title=f"- {summary.scenario}: capacity",
+                 footnotes=notes)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plain_ticks() -> Any:
+    """Tick labels as plain numbers (1, 2, 4, ... rather than powers of 2)."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{v:g}")
+
+
+def plot_capacity(cap: dict[str, Any], path: Path, title: str) -> Path | None:
+    """One panel per objective (its figure per probe, the bound as a line) and one of the
+    throughput; probes meeting the SLOs in green, the others in red; the answer marked."""
+    probes = sorted(cap["probes"], key=lambda p: p["value"])
+    if not probes:
+        return None
+    keys = objective_keys(cap)
+    slo = cap["slo"]
+    plt = _pyplot()
+    n = len(keys) + 1
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
+    xs = [p["value"] for p in probes]
+    answer = cap["max_meeting_slo"]
+    word = cap["by"] if cap["by"] == "concurrency" else "rate (req/s)"
+    for ax, key in zip(axes[0], [*keys, "throughput"], strict=True):
+        if key == "throughput":
+            # a probe stopped early ran a partial window: its throughput is drawn hollow, off the line
+            full = [(x, p["output_throughput"]) for x, p in zip(xs, probes, strict=True)
+                    if not p.get("stopped_early") and p["output_throughput"] is not None]
+            ax.plot([x for x, _ in full], [y for _, y in full], "-", color="0.6", zorder=1)
+            ax.set_ylabel("output tokens/s")
+            ax.set_title("throughput")
+            series = [p["output_throughput"] for p in probes]
+        else:
+            series = [p["figures"].get(key) for p in probes]
+            pts = [(x, y) for x, y in zip(xs, series, strict=True) if y is not None]
+            ax.plot([x for x, _ in pts], [y for _, y in pts], "-", color="0.6", zorder=1)
+            if key == ERROR_RATE:
+                bound = slo.get("error_rate")
+                ax.set_ylabel("error rate")
+            else:
+                metric, _, stat = key.partition(".")
+                bound = (slo.get(metric) or {}).get(stat)
+                ax.set_ylabel(f"{objective_label(key)} (ms)")
+            if bound is not None:
+                ax.axhline(bound, color="tab:red", linestyle="--", linewidth=1, label=f"SLO {bound:g}")
+                ax.legend(fontsize=8, loc="upper left")
+            ax.set_title(objective_label(key))
+        for x, y, p in zip(xs, series, probes, strict=True):
+            if y is None:
+                continue
+            colour = "tab:green" if p["meets_slo"] else "tab:red"
+            if key == "throughput" and p.get("stopped_early"):
+                ax.scatter([x], [y], marker="o", facecolors="none", edgecolors=colour, zorder=3)
+            else:
+                ax.scatter([x], [y], marker="o" if p["meets_slo"] else "x", color=colour, zorder=3)
+        if answer is not None:
+            ax.axvline(answer, color="tab:green", linewidth=1, alpha=0.7)
+            ax.annotate(f"{_value(cap['by'], answer)}", (answer, 0.97), xycoords=("data", "axes fraction"),
+                        va="top", ha="right", fontsize=8, color="tab:green",
+                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"})
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(_plain_ticks())
+        ax.minorticks_off()
+        ax.set_xlabel(word)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(f"{title}: {cap['answer']}", fontsize=9, wrap=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_capacity_plots(summary: Summary, run_dir: Path) -> list[Path]:
+    made = []
+    for i, cap in enumerate(summary.capacity):
+        name = "capacity.png" if len(summary.capacity) == 1 else f"capacity-{i + 1}.png"
+        title = summary.scenario
+        if cap["labels"] and len(summary.capacity) > 1:
+            title += " (" + ", ".join(f"{k}={v}" for k, v in cap["labels"].items()) + ")"
+        if (p := plot_capacity(cap, run_dir / name, title)) is not None:
+            made.append(p)
+    return made

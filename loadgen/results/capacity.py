@@ -1,0 +1,259 @@
+"""Capacity under SLOs: a probe's figures against the objectives, the search's next probe, and
+the answer (the most load meeting every objective, and which objective binds above it).
+
+Everything here is a function of records and cell summaries, so ``loadgen report`` re-derives
+a search's answer from its run directory alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from loadgen.results.metrics import itl_values, tpot
+from loadgen.results.records import RequestRecord
+from loadgen.results.summary import CellSummary
+from loadgen.scenario.shapes import SLO_METRICS, Search, SearchSlo, stat_quantile
+
+ERROR_RATE = "error_rate"
+QUEUE = "queue"  # an early stop on the server's growing queue, not on a figure
+
+
+def objective_key(metric: str, stat: str) -> str:
+    """``("ttft_ms", "p99")`` -> ``"ttft_ms.p99"``: how figures and broken objectives are named."""
+    return f"{metric}.{stat}"
+
+
+def objective_label(key: str) -> str:
+    """``"tpot_ms.p99"`` -> ``"TPOT p99"``; ``"error_rate"`` -> ``"error rate"``."""
+    if key == ERROR_RATE:
+        return "error rate"
+    if key == QUEUE:
+        return "the server's queue"
+    metric, _, stat = key.partition(".")
+    return f"{SLO_METRICS.get(metric, metric)} {stat}"
+
+
+def latency_values(records: Sequence[RequestRecord], metric: str) -> np.ndarray:
+    """The values (ms) an objective on ``metric`` is computed over, from successful requests."""
+    ok = [r for r in records if r.ok and r.first_token_at is not None and r.sent_at is not None]
+    if metric == "ttft_ms":
+        vals: Iterable[float] = (r.first_token_at - r.sent_at for r in ok)  # type: ignore[operator]
+    elif metric == "tpot_ms":
+        vals = (t for r in ok if (t := tpot(r)) is not None)
+    elif metric == "e2e_ms":
+        vals = (r.done_at - r.sent_at for r in ok if r.done_at is not None)  # type: ignore[operator]
+    else:
+        return np.concatenate([itl_values(r) for r in ok]) * 1e3 if ok else np.empty(0)
+    return np.fromiter(vals, dtype=np.float64) * 1e3
+
+
+def statistic(values: np.ndarray, stat: str) -> float | None:
+    if values.size == 0:
+        return None
+    q = stat_quantile(stat)
+    if q is not None:
+        return float(np.percentile(values, q))
+    return float(values.mean() if stat == "mean" else values.max())
+
+
+def counted(records: Iterable[RequestRecord]) -> tuple[int, int]:
+    """(requests that ended, those that failed) among measured ones; cancelled ones are not counted."""
+    ended = failed = 0
+    for r in records:
+        if r.warmup or r.error == "cancelled":
+            continue
+        ended += 1
+        failed += not r.ok or r.first_token_at is None
+    return ended, failed
+
+
+def slo_figures(records: Sequence[RequestRecord], slo: SearchSlo) -> dict[str, float | None]:
+    """Each objective's figure over a probe's measured records: latencies in ms, the error rate a share."""
+    measured = [r for r in records if not r.warmup]
+    out: dict[str, float | None] = {}
+    cache: dict[str, np.ndarray] = {}
+    for metric, stat, _ in slo.bounds():
+        if metric not in cache:
+            cache[metric] = latency_values(measured, metric)
+        out[objective_key(metric, stat)] = statistic(cache[metric], stat)
+    if slo.error_rate is not None:
+        ended, failed = counted(measured)
+        out[ERROR_RATE] = failed / ended if ended else None
+    return out
+
+
+def broken(figures: dict[str, float | None], slo: SearchSlo) -> list[str]:
+    """The objectives a probe's figures break (a figure that could not be computed breaks its objective)."""
+    out = []
+    for metric, stat, bound in slo.bounds():
+        value = figures.get(objective_key(metric, stat))
+        if value is None or value > bound:
+            out.append(objective_key(metric, stat))
+    if slo.error_rate is not None:
+        rate = figures.get(ERROR_RATE)
+        if rate is None or rate > slo.error_rate:
+            out.append(ERROR_RATE)
+    return out
+
+
+def bound_of(key: str, slo: SearchSlo) -> float | None:
+    if key == ERROR_RATE:
+        return slo.error_rate
+    metric, _, stat = key.partition(".")
+    return (getattr(slo, metric, None) or {}).get(stat) if metric in SLO_METRICS else None
+
+
+def goodput_count(records: Sequence[RequestRecord], slo: SearchSlo) -> int:
+    """Requests meeting every per-request latency bound (TTFT, TPOT, E2E: the tightest bound
+    given for each); ITL objectives are over pooled gaps and bound no single request."""
+    limits = {m: min(getattr(slo, m).values()) for m in ("ttft_ms", "tpot_ms", "e2e_ms") if getattr(slo, m)}
+    good = 0
+    for r in records:
+        if r.warmup or not r.ok or r.first_token_at is None or r.sent_at is None or r.done_at is None:
+            continue
+        t = tpot(r)
+        if "ttft_ms" in limits and (r.first_token_at - r.sent_at) * 1e3 > limits["ttft_ms"]:
+            continue
+        if "tpot_ms" in limits and t is not None and t * 1e3 > limits["tpot_ms"]:
+            continue
+        if "e2e_ms" in limits and (r.done_at - r.sent_at) * 1e3 > limits["e2e_ms"]:
+            continue
+        good += 1
+    return good
+
+
+def probe_entry(
+    search: int, search_spec: Search, value: float, records: Sequence[RequestRecord], status: str,
+    stopped_early: dict[str, Any] | None, duration_s: float | None,
+) -> dict[str, Any]:
+    """``summary.json: cells[].probe``: what the probe measured against the objectives."""
+    slo = search_spec.slo
+    figures = slo_figures(records, slo)
+    broke = broken(figures, slo)
+    if stopped_early is not None and stopped_early.get("objective") not in (None, *broke):
+        broke.append(stopped_early["objective"])
+    good = goodput_count(records, slo)
+    return {
+        "search": search, "by": search_spec.by, "value": value, "figures": figures, "broken": broke,
+        "meets_slo": status == "done" and not broke and stopped_early is None,
+        "stopped_early": stopped_early, "goodput": good / duration_s if duration_s else None,
+    }
+
+
+def next_value(search: Search, results: Sequence[tuple[float, bool]]) -> float | None:
+    """The next value to probe after ``results`` ((value, met the SLOs) in probe order), or
+    None when the boundary is bracketed: double from ``min`` until a probe breaks an SLO or
+    ``max`` meets them, then bisect (halves in concurrency, geometric means in rate)."""
+    conc = search.by == "concurrency"
+    if not results:
+        return float(int(search.min)) if conc else search.min
+    lo, hi = bracket(results)
+    if hi is None:
+        assert lo is not None
+        if lo >= search.max:
+            return None
+        nxt = min(lo * 2, search.max)
+    elif lo is None:
+        return None  # min itself breaks them
+    elif conc:
+        if hi - lo <= 1:
+            return None
+        nxt = float((int(lo) + int(hi)) // 2)
+    else:
+        if hi / lo <= 1 + search.rate_tolerance:
+            return None
+        nxt = float(f"{math.sqrt(lo * hi):.4g}")
+    if conc:
+        nxt = float(int(nxt))
+    return None if any(v == nxt for v, _ in results) else nxt
+
+
+def bracket(results: Sequence[tuple[float, bool]]) -> tuple[float | None, float | None]:
+    """(highest value meeting the SLOs below the lowest breaking one, the lowest breaking one);
+    a probe that met them above one that broke them is not trusted."""
+    fails = [v for v, ok in results if not ok]
+    hi = min(fails) if fails else None
+    passes = [v for v, ok in results if ok and (hi is None or v < hi)]
+    return (max(passes) if passes else None), hi
+
+
+def _figure_text(key: str, value: float | None, bound: float | None) -> str:
+    if value is None or bound is None:
+        return "no figure"
+    if key == ERROR_RATE:
+        return f"{value:.1%} > {bound:.1%}"
+    return f"{value:.2f} ms > {bound:g} ms"
+
+
+def _load_text(by: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{int(value)}" if by == "concurrency" else f"{value:.4g} req/s"
+
+
+def capacity_of(index: int, spec: Search, labels: dict[str, Any], probes: Sequence[CellSummary]) -> dict[str, Any]:
+    """One search's answer from its probes (cell summaries with ``probe``), in probe order."""
+    # an interrupted probe has no verdict: a resumed run measures it again
+    probes = sorted((p for p in probes if p.probe is not None and p.status in ("done", "failed")), key=lambda p: p.cell)
+    results = [(float(p.probe["value"]), bool(p.probe["meets_slo"])) for p in probes]  # type: ignore[index]
+    lo, hi = bracket(results) if results else (None, None)
+    at = {float(p.probe["value"]): p for p in probes}  # type: ignore[index]
+    limiting: list[str] = []
+    binds = ""  # "TPOT p99 binds at 22 (20.50 ms > 20.25 ms)"
+    if hi is not None:
+        entry = at[hi].probe or {}
+        limiting = list(entry.get("broken") or [])
+        early = entry.get("stopped_early") or {}
+        figs = entry.get("figures") or {}
+        where = _load_text(spec.by, hi)
+        if limiting:
+            names = " and ".join(objective_label(k) for k in limiting)
+            why = "; ".join(
+                early.get("reason", "it kept growing") if k == QUEUE
+                else _figure_text(k, figs.get(k), bound_of(k, spec.slo)) for k in limiting
+            )
+            binds = f"{names} {'binds' if len(limiting) == 1 else 'bind'} at {where} ({why})"
+        else:
+            binds = f"the probe at {where} failed ({at[hi].reason})"
+        if early:
+            binds += ", stopped early"
+    best = at[lo] if lo is not None else None
+    m = best.metrics if best is not None else None
+    complete = bool(results) and next_value(spec, results) is None
+    word = spec.by
+    if not results:
+        answer = f"search by {word}: no probe measured yet"
+    elif lo is None and hi is not None:
+        answer = f"no {word} in {_load_text(word, spec.min)}..{_load_text(word, spec.max)} meets the SLOs: {binds}"
+    elif hi is None:
+        answer = f"max {word} meeting the SLOs: {_load_text(word, lo)}"
+        if complete:
+            answer += " (the top of the search range: the SLOs were met all the way)"
+    else:
+        answer = f"max {word} meeting the SLOs: {_load_text(word, lo)}; {binds}"
+    if results and not complete:
+        answer = f"search unfinished ({len(results)} probes): " + answer
+    return {
+        "search": index, "labels": labels, "by": word, "min": spec.min, "max": spec.max,
+        "slo": spec.slo.model_dump(exclude_none=True, exclude_defaults=True),
+        "max_meeting_slo": lo, "limiting_slo": limiting, "binds_at": hi, "complete": complete,
+        "goodput": (best.probe or {}).get("goodput") if best is not None else None,
+        "request_throughput": m.request_throughput if m else None,
+        "output_throughput": m.output_throughput if m else None,
+        "answer": answer,
+        "probes": [
+            {
+                "cell": p.cell, "value": p.probe["value"], "meets_slo": p.probe["meets_slo"],  # type: ignore[index]
+                "figures": p.probe["figures"], "broken": p.probe["broken"],  # type: ignore[index]
+                "stopped_early": p.probe.get("stopped_early"), "status": p.status,  # type: ignore[union-attr]
+                "request_throughput": p.metrics.request_throughput if p.metrics else None,
+                "output_throughput": p.metrics.output_throughput if p.metrics else None,
+                "goodput": p.probe.get("goodput"),  # type: ignore[union-attr]
+            }
+            for p in probes
+        ],
+    }
