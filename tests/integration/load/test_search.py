@@ -1,0 +1,168 @@
+"""Capacity searches against the simulator, whose capacity is the known answer.
+
+With ``max_seqs`` 24, ITL 10 ms and +0.5 ms per other request served, a closed loop of C
+streams at ITL 10 + 0.5 (C - 1) ms: TPOT 20.0 ms at 21, 20.5 at 22. With TPOT p99 <= 20.25 ms
+the answer is 21 and TPOT binds. With ``max_seqs`` 8 and no per-stream cost, a ninth stream
+waits a whole request (50 + 31 x 10 = 360 ms) for a slot: TTFT binds at 9. Open loop, 4 slots
+each busy 50 + 19 x 10 = 240 ms serve at most 4 / 0.24 = 16.7 requests/s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loadgen.load.run import execute
+from loadgen.report.capacity import write_capacity_plots
+from loadgen.results.records import read_records
+from loadgen.results.rundir import rebuild_summary
+from loadgen.scenario.loader import parse_scenario
+from tests.conftest import StartSim
+
+
+def search_scenario(base_url: str, search: dict[str, Any], *, prompts: int, output: int,
+                    **load: Any) -> dict[str, Any]:
+    return {
+        "name": "capacity",
+        "target": {"base_url": base_url},
+        "workload": {"num_prompts": prompts, "input_tokens": 32, "output_tokens": output},
+        "load": {"warmup_requests": 1, "search": search, **load},
+    }
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk comes first
+    return width, height
+
+
+def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(max_seqs=24, itl_per_seq_us=500)
+    slo = {"ttft_ms": {"p99": 300}, "tpot_ms": {"p99": 20.25}}
+    sc = parse_scenario(search_scenario(base_url, {"by": "concurrency", "min": 1, "max": 256, "slo": slo},
+                                        prompts=60, output=32))
+    result = execute(sc, tmp_path / "run")
+    cap = result.summary.to_dict()["capacity"]
+
+    assert cap["max_meeting_slo"] == 21
+    assert cap["binds_at"] == 22
+    assert cap["limiting_slo"] == ["tpot_ms.p99"]
+    assert cap["complete"] is True
+    probes = {p["value"]: p for p in cap["probes"]}
+    assert [p["value"] for p in cap["probes"]] == [1, 2, 4, 8, 16, 32, 24, 20, 22, 21]
+    assert len(cap["probes"]) <= 12
+    # the simulator's truth: TPOT 10 + 0.5 (C - 1) ms once every stream runs beside C - 1 others
+    assert 20.0 <= probes[21]["figures"]["tpot_ms.p99"] <= 20.2
+    assert 20.3 <= probes[22]["figures"]["tpot_ms.p99"] <= 20.6
+    assert probes[16]["figures"]["tpot_ms.p99"] == pytest.approx(17.5, abs=0.15)
+    assert probes[1]["figures"]["tpot_ms.p99"] == pytest.approx(10.0, abs=0.15)
+    assert all(p["figures"]["ttft_ms.p99"] < 300 for v, p in probes.items() if v <= 24)
+    assert cap["answer"].startswith("max concurrency meeting the SLOs: 21; TPOT p99 binds at 22 (20.")
+    # a closed loop of 21 streams each 50 + 31 x 20 ms long serves 21 / 0.67 = 31.3 requests/s
+    assert cap["request_throughput"] == pytest.approx(21 / (0.050 + 31 * 0.020), rel=0.05)
+    # every probe is a cell of its own with fresh prompts, numbered in the order it ran
+    cells = result.summary.cells
+    assert [c.cell for c in cells] == list(range(10))
+    assert [c.params["concurrency"] for c in cells] == [p["value"] for p in cap["probes"]]
+
+    # re-derived from the run directory alone
+    again = rebuild_summary(tmp_path / "run").to_dict()["capacity"]
+    assert again == cap
+
+    # the plot: one panel per objective and one of throughput, at 4.2 x 3.8 inches and 110 dpi each
+    (plot,) = write_capacity_plots(result.summary, tmp_path / "run")
+    panels = len(cap["probes"][0]["figures"]) + 1
+    assert panels == 3
+    assert png_size(plot) == (round(4.2 * panels * 110), round(3.8 * 110))
+
+
+def test_ttft_binds_when_the_ninth_stream_queues(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(max_seqs=8)
+    slo = {"ttft_ms": {"p99": 300}, "tpot_ms": {"p99": 50}}
+    sc = parse_scenario(search_scenario(base_url, {"by": "concurrency", "max": 64, "slo": slo},
+                                        prompts=60, output=32))
+    cap = execute(sc, tmp_path / "run").summary.to_dict()["capacity"]
+    assert cap["max_meeting_slo"] == 8
+    assert cap["binds_at"] == 9
+    assert cap["limiting_slo"] == ["ttft_ms.p99"]
+    probes = {p["value"]: p for p in cap["probes"]}
+    # the queued stream waits for a slot: 360 ms, plus its own 50 ms to the first token
+    assert probes[9]["figures"]["ttft_ms.p99"] == pytest.approx(410, abs=15)
+    assert probes[8]["figures"]["ttft_ms.p99"] < 60
+    assert cap["answer"].startswith("max concurrency meeting the SLOs: 8; TTFT p99 binds at 9 (")
+
+
+def test_rate_search_finds_the_analytic_capacity(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(max_seqs=4)
+    sc = parse_scenario(search_scenario(
+        base_url, {"by": "rate", "min": 8, "max": 64, "slo": {"ttft_ms": {"p99": 150}}}, prompts=80, output=20,
+        arrival="constant",
+    ))
+    result = execute(sc, tmp_path / "run")
+    cap = result.summary.to_dict()["capacity"]
+    analytic = 4 / (0.050 + 19 * 0.010)
+    assert cap["max_meeting_slo"] == pytest.approx(analytic, rel=0.10)
+    assert cap["binds_at"] / cap["max_meeting_slo"] <= 1.05
+    assert cap["limiting_slo"] in (["ttft_ms.p99"], ["queue"])
+    # the probe stopped over capacity left nothing behind: the server is idle once the run ends
+    metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
+    assert "loadgen_sim_requests_waiting 0.0" in metrics
+    assert "loadgen_sim_requests_running 0.0" in metrics
+
+
+RESUMABLE = """
+name: resumable
+serve: {{backend: sim, sim: {{max_seqs: 8}}}}
+workload: {{num_prompts: 40, input_tokens: 32, output_tokens: 16}}
+load:
+  search: {{by: concurrency, max: 64, slo: {{ttft_ms: {{p99: 150}}, tpot_ms: {{p99: 50}}}}}}
+"""
+
+
+def finished_probes(run_dir: Path) -> list[dict[str, Any]]:
+    lines = [json.loads(x) for x in (run_dir / "cells.jsonl").read_text().splitlines()]
+    return [x for x in lines if x["status"] == "done"]
+
+
+def test_an_interrupted_search_resumes_from_its_finished_probes(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(RESUMABLE.format())
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "loadgen", "run", str(path), "--out", str(run_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "COLUMNS": "150"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(finished_probes(run_dir) if (run_dir / "cells.jsonl").exists()
+                                              else []) < 3:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    before = finished_probes(run_dir)
+    assert 3 <= len(before) < 8
+    kept = {x["cell"] for x in before}
+    records_before = [r for r in read_records(run_dir / "records.jsonl") if r.cell in kept]
+
+    done = subprocess.run([*cmd[:5], "--resume", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cap = json.loads((run_dir / "summary.json").read_text())["capacity"]
+    # 1, 2, 4, 8 meet; 16 breaks TTFT (a ninth stream waits 200 ms for a slot); 12, 10, 9 too
+    assert [p["value"] for p in cap["probes"]] == [1, 2, 4, 8, 16, 12, 10, 9]
+    assert cap["max_meeting_slo"] == 8
+    assert cap["limiting_slo"] == ["ttft_ms.p99"]
+    # the probes finished before the stop were not measured again: same cells, same records
+    assert [p["cell"] for p in cap["probes"]][:len(before)] == [x["cell"] for x in before]
+    after = [r for r in read_records(run_dir / "records.jsonl") if r.cell in kept]
+    assert after == records_before
+    assert "max concurrency meeting the SLOs: 8; TTFT p99 binds at 9" in done.stdout
