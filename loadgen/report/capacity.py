@@ -98,12 +98,16 @@ def capacity_table(summary: Summary) -> Table:
     most load meeting the SLOs, what was served there, and what binds above it."""
     by = {cap["by"] for cap in summary.capacity}
     what = "Concurrency" if by == {"concurrency"} else ("QPS" if by == {"rate"} else "Load")
-    headers = ("Model", "Software", "Quantization", "Input Length", "Output Length", f"Max {what} at SLO",
-               "QPS", "Output Tokens/s", "Goodput", "Binds")
+    # matrix axes the other columns do not show (serve.tp, a setting, ...) get a column each
+    shown = ("model", "quant", "backend", "engine", "input_tokens", "output_tokens")
+    axes = list(dict.fromkeys(k for cap in summary.capacity for k in cap["labels"] if k not in shown))
+    headers = ("Model", "Software", "Quantization", *axes, "Input Length", "Output Length",
+               f"Max {what} at SLO", "QPS", "Output Tokens/s", "Goodput", "Binds")
     rows = []
     for cap in summary.capacity:
         cell = _first_probe(summary, cap)
-        server = cell.server if cell is not None else {}
+        server = dict(cell.server) if cell is not None else {}
+        server["model"] = server.get("model") or summary.model
         quant = str(server.get("quant"))
         engine = str(server.get("backend"))
         binds = ", ".join(objective_label(k) for k in cap["limiting_slo"] if k != QUEUE) or (
@@ -111,15 +115,17 @@ def capacity_table(summary: Summary) -> Table:
         if cap["binds_at"] is not None:
             binds += f" at {_value(cap['by'], cap['binds_at'])}"
         rows.append((
-            model_label(server) if server else "-", ENGINE_LABELS.get(engine, engine),
-            QUANT_LABELS.get(quant, quant), str(cap["labels"].get("input_tokens", "-")),
+            model_label(server) if server.get("model") else "-", ENGINE_LABELS.get(engine, engine),
+            QUANT_LABELS.get(quant, quant), *(str(cap["labels"].get(k, "-")) for k in axes),
+            str(cap["labels"].get("input_tokens", "-")),
             str(cap["labels"].get("output_tokens", "-")),
             _value(cap["by"], cap["max_meeting_slo"]) + ("" if cap["complete"] else " (unfinished)"),
             _num(cap["request_throughput"], 3), _num(cap["output_throughput"], 1), _num(cap["goodput"], 3), binds,
         ))
     slos = {slo_text(cap["slo"]) for cap in summary.capacity}
     notes = tuple(f"SLOs: {s}" for s in sorted(slos))
-    return Table(headers, tuple(rows), group_columns=2, key_columns=5, title=f"- {summary.scenario}: capacity",
+    return Table(headers, tuple(rows), group_columns=2, key_columns=5 + len(axes),
+                 title=f"- {summary.scenario}: capacity",
                  footnotes=notes)
 
 

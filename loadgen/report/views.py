@@ -1,14 +1,15 @@
 """What ``loadgen run`` and ``loadgen report`` print for a summary: the published table of
-its kind (single-stream, throughput) in a chosen format, or the sweep's console view."""
+its kind (single-stream, throughput) or a search's capacity table in a chosen format, or the sweep's console view."""
 
 from __future__ import annotations
 
 from loadgen.errors import UsageError
+from loadgen.report.capacity import capacity_table
 from loadgen.report.layouts import single_stream_tables, throughput_rows, throughput_table
 from loadgen.report.tables import Table, render
 from loadgen.results.summary import Summary
 
-TABLES = ("single-stream", "throughput", "sweep")
+TABLES = ("single-stream", "throughput", "capacity", "sweep")
 FORMATS = ("console", "md", "rst", "csv", "json")
 
 
@@ -18,9 +19,14 @@ def check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> No
 
 
 def published_tables(summary: Summary, table: str, spread: bool) -> list[Table]:
-    """The single-stream tables (one per model) or the throughput table of a summary."""
+    """The single-stream tables (one per model), the throughput table, or the capacity table
+    (one row per search) of a summary."""
     if table == "single-stream":
         return single_stream_tables(summary, spread=spread)
+    if table == "capacity":
+        if not summary.capacity:
+            raise UsageError("--table capacity: this run has no search (load.search, or loadgen run --search)")
+        return [capacity_table(summary)]
     return [throughput_table(throughput_rows(summary), title=f"- {summary.scenario}")]
 
 

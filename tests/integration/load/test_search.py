@@ -166,3 +166,26 @@ def test_an_interrupted_search_resumes_from_its_finished_probes(tmp_path: Path) 
     after = [r for r in read_records(run_dir / "records.jsonl") if r.cell in kept]
     assert after == records_before
     assert "max concurrency meeting the SLOs: 8; TTFT p99 binds at 9" in done.stdout
+
+
+def test_a_search_per_matrix_point_gives_the_comparison_in_slo_terms(tmp_path: Path) -> None:
+    from loadgen.report.capacity import capacity_table
+    from loadgen.report.tables import render
+
+    sc = parse_scenario({
+        "name": "per-point",
+        "serve": {"backend": "sim"},
+        "matrix": {"serve.sim.max_seqs": [4, 8]},
+        "workload": {"num_prompts": 40, "input_tokens": 32, "output_tokens": 16},
+        "load": {"search": {"by": "concurrency", "max": 32, "slo": {"ttft_ms": {"p99": 150}}}},
+    })
+    summary = execute(sc, tmp_path / "run").summary
+    caps = summary.to_dict()["capacity"]
+    assert [c["labels"]["serve.sim.max_seqs"] for c in caps] == [4, 8]
+    # each engine's slots are its capacity: one stream more waits 50 + 15 x 10 = 200 ms for a slot
+    assert [(c["max_meeting_slo"], c["binds_at"]) for c in caps] == [(4, 5), (8, 9)]
+    csv_rows = render(capacity_table(summary), "csv").splitlines()
+    assert csv_rows[0].split(",")[3:7] == ["serve.sim.max_seqs", "Input Length", "Output Length",
+                                           "Max Concurrency at SLO"]
+    assert [r.split(",")[3] + ":" + r.split(",")[6] for r in csv_rows[1:]] == ["4:4", "8:8"]
+    assert [r.split(",")[-1] for r in csv_rows[1:]] == ["TTFT p99 at 5", "TTFT p99 at 9"]
