@@ -470,7 +470,7 @@ class Scenario(_Model):
                 raise ValueError("a trace sets its own arrival times: a search cannot probe it")
             if ld.search.by == "rate" and "concurrency" not in ld.model_fields_set:
                 object.__setattr__(self, "load", ld.model_copy(update={"concurrency": ("unlimited",)}))
-                return self
+            return self  # the search sets each probe's load: no kind default applies
         if self.kind == "throughput" and "concurrency" not in ld.model_fields_set:
             object.__setattr__(self, "load", ld.model_copy(update={"concurrency": ("unlimited",)}))
         return self
