@@ -115,7 +115,7 @@ def execute(
     queues = make_queues(cells, lines, finished, list(run.entries.values()), launched=launched)
     try:
         for n, queue in enumerate(queues):
-            while queue.peek() is not None and not run.stop_requested:
+            while queue.peek() is not None and not run.stop_requested and run.abort_reason is None:
                 run.serve_group(queue, base_url, n, len(queues), single=n_groups == 1 and not finished)
                 if plain and run.engine_death is not None:
                     break
