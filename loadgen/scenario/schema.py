@@ -309,7 +309,7 @@ class SimOptions(_Model):
 
 # what a serve: block starts: loadgen's simulator or an engine (the one list of engine names;
 # their command lines live in loadgen.servers)
-Backend = Literal["sim", "vllm", "sglang", "tgi", "transformers", "llamacpp"]
+Backend = Literal["sim", "vllm", "sglang", "tgi", "transformers", "llamacpp", "ctranslate2", "mlc", "exllamav2"]
 ENGINES: tuple[str, ...] = get_args(Backend)[1:]
 
 

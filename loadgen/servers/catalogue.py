@@ -22,6 +22,15 @@ from loadgen.scenario.schema import Scenario
 from loadgen.servers.tiny import tiny_path
 
 QUANTS: tuple[str, ...] = ("bf16", "fp16", "fp32", "gptq-int8", "gptq-int4", "awq", "fp8")
+# quantizations an engine makes itself from the full-precision checkpoint (or whose own
+# checkpoint format it names): llama.cpp's GGUF types, CTranslate2's compute types, MLC's
+# weight formats, ExLlamaV2's EXL2 bits per weight
+ENGINE_QUANTS: dict[str, tuple[str, ...]] = {
+    "llamacpp": ("f16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0"),
+    "ctranslate2": ("int8", "int8_float16", "int8_bfloat16", "int8_float32", "float16", "bfloat16", "float32"),
+    "mlc": ("q0f16", "q0f32", "q3f16_1", "q4f16_1", "q4f32_1", "q4f16_awq"),
+    "exllamav2": ("exl2-8.0bpw", "exl2-6.0bpw", "exl2-5.0bpw", "exl2-4.65bpw", "exl2-4.0bpw", "exl2-3.0bpw"),
+}
 # hub-id suffix of each published quantized checkpoint
 QUANT_SUFFIX: dict[str, str] = {"gptq-int8": "-GPTQ-Int8", "gptq-int4": "-GPTQ-Int4", "awq": "-AWQ"}
 # the quantization method an engine is told about (None: the weights are plain)
@@ -125,10 +134,17 @@ def resolve_setting(name: str, entry: ModelEntry | None = None) -> Setting:
     return Setting(name=key, **values)
 
 
-def resolve_model(name: str, quant: str | None = None) -> ModelRef:
-    """An alias or catalogued hub id -> its checkpoint for ``quant``; anything else passes through."""
+def resolve_model(name: str, quant: str | None = None, backend: str | None = None) -> ModelRef:
+    """An alias or catalogued hub id -> its checkpoint for ``quant``; anything else passes through.
+    An engine's own quantization (``ENGINE_QUANTS``) is made by that engine from the full-precision
+    checkpoint, or names the engine's own format of it."""
+    native = ENGINE_QUANTS.get(backend or "", ())
+    if quant is not None and quant in native:
+        base = resolve_model(name, None)
+        return ModelRef(base.checkpoint, quant, base.entry)
     if quant is not None and quant not in QUANTS:
-        raise UsageError(f"--quant {quant!r}: choose one of {', '.join(QUANTS)}")
+        more = f"; {backend}'s own: {', '.join(native)}" if native else ""
+        raise UsageError(f"--quant {quant!r}: choose one of {', '.join(QUANTS)}{more}")
     catalogue = load_catalogue()
     entry = catalogue.get(name.lower())
     implied = None

@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from loadgen.servers.ctranslate2 import ctranslate2_command
+from loadgen.servers.exllamav2 import exllamav2_command
 from loadgen.servers.launch import LaunchSpec
 from loadgen.servers.llamacpp import llamacpp_command
+from loadgen.servers.mlc import mlc_command
 from loadgen.servers.sglang import sglang_command
 from loadgen.servers.spec import EngineSpec
 from loadgen.servers.tgi import tgi_command
@@ -20,6 +23,9 @@ BUILDERS: dict[str, Callable[[EngineSpec], LaunchSpec]] = {
     "tgi": tgi_command,
     "transformers": transformers_command,
     "llamacpp": llamacpp_command,
+    "ctranslate2": ctranslate2_command,
+    "mlc": mlc_command,
+    "exllamav2": exllamav2_command,
 }
 
 

@@ -74,8 +74,55 @@ class Stats:
     generation_tokens_total: int = 0
 
 
-class ModelRunner:
-    """The model, its tokenizer and the single generation thread."""
+class Runner:
+    """One generation thread taking jobs in arrival order; an engine says how it generates one
+    (``_generate``) and what it is (``versions``, memory, ``vocab_size``, ``tokenizer``)."""
+
+    tokenizer: Any
+    max_model_len: int
+    vocab_size: int
+    model_bytes: int
+    attn: str
+    dtype: str
+    device: Any  # has .type: "cpu" or "cuda"
+
+    def start(self) -> None:
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.stats = Stats()
+        self.thread = threading.Thread(target=self._loop, name="generate", daemon=True)
+        self.thread.start()
+
+    def versions(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def peak_allocated_bytes(self) -> int:
+        """The process's peak RSS (an engine on a GPU says otherwise)."""
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+    def reset_peak(self) -> None:
+        pass
+
+    def _generate(self, job: Job) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            self.stats.requests_waiting -= 1
+            try:
+                self._generate(job)
+            except Exception as exc:  # noqa: BLE001 - reported to the client, the engine lives on
+                job.emit("error", f"{type(exc).__name__}: {exc}")
+
+    def submit(self, job: Job) -> None:
+        self.stats.requests_waiting += 1
+        self.jobs.put(job)
+
+
+class ModelRunner(Runner):
+    """A transformers model, its tokenizer and the single generation thread."""
 
     def __init__(self, model: str, *, dtype: str, attn: str, device: str, max_model_len: int | None) -> None:
         import torch
@@ -108,10 +155,8 @@ class ModelRunner:
         if self.tokenizer.eos_token_id is not None:
             eos_ids.append(self.tokenizer.eos_token_id)
         self.eos = frozenset(int(e) for e in eos_ids if e is not None)
-        self.jobs: queue.Queue[Job | None] = queue.Queue()
-        self.stats = Stats()
-        self.thread = threading.Thread(target=self._loop, name="generate", daemon=True)
-        self.thread.start()
+        self.vocab_size = int(cfg.vocab_size)
+        self.start()
 
     def versions(self) -> dict[str, str]:
         import transformers
@@ -136,17 +181,6 @@ class ModelRunner:
             self.torch.cuda.reset_peak_memory_stats(i)
 
     # -- generation -----------------------------------------------------------------------
-    def _loop(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            self.stats.requests_waiting -= 1
-            try:
-                self._generate(job)
-            except Exception as exc:  # noqa: BLE001 - reported to the client, the engine lives on
-                job.emit("error", f"{type(exc).__name__}: {exc}")
-
     def _pick(self, logits: Any, job: Job, seen: Any, generator: Any, generated: int) -> int:
         torch = self.torch
         logits = logits.float()
@@ -210,16 +244,13 @@ class ModelRunner:
                     return
                 ids = torch.tensor([[token]], device=self.device)
 
-    def submit(self, job: Job) -> None:
-        self.stats.requests_waiting += 1
-        self.jobs.put(job)
 
 
 class TransformersApp(OpenAIApp):
     """The ASGI application in front of ``ModelRunner``: the shared OpenAI routes, plus ``/version``
     and ``POST /reset_peak_memory``."""
 
-    def __init__(self, runner: ModelRunner, served_name: str) -> None:
+    def __init__(self, runner: Runner, served_name: str) -> None:
         super().__init__(served_name, runner.max_model_len)
         self.runner = runner
         self.name = served_name
@@ -264,7 +295,7 @@ class TransformersApp(OpenAIApp):
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            vocab = self.runner.model.config.vocab_size
+            vocab = self.runner.vocab_size
             if any(t < 0 or t >= vocab for t in prompt):
                 raise ValueError(f"token ids must be in [0, {vocab})")
             return list(prompt)

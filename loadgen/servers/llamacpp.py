@@ -1,5 +1,6 @@
-"""llama.cpp's command line: ``llama-server`` from ``PATH`` (``$LOADGEN_LLAMA_SERVER`` names
-another) on a ``.gguf`` file."""
+"""llama.cpp's command line: ``llama-server`` (``$LOADGEN_LLAMA_SERVER``, else the one on
+``PATH``, else the one ``loadgen setup llamacpp`` built) on a ``.gguf`` file: as given, or the
+checkpoint converted (f16) and quantized (q8_0, q4_k_m, ...) into loadgen's cache."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from loadgen.errors import UsageError
 from loadgen.servers.launch import LaunchSpec
+from loadgen.servers.llamacpp_setup import built_tool
 from loadgen.servers.spec import EngineSpec
 from loadgen.servers.tiny import cache_root
 
@@ -19,15 +21,32 @@ def gguf_path(spec: EngineSpec) -> str:
     if ckpt.endswith(".gguf"):
         return ckpt
     stem = Path(ckpt).name if Path(ckpt).is_absolute() else ckpt.replace("/", "--")
-    kind = "f16" if spec.model.quant in ("bf16", "fp16", "auto") else spec.model.quant
+    kind = gguf_kind(spec)
     return str(cache_root() / "gguf" / f"{stem}-{kind}.gguf")
+
+
+def gguf_kind(spec: EngineSpec) -> str:
+    """The GGUF type a quantization names (full precision: f16, as the reference tables' rows)."""
+    q = spec.model.quant
+    if q in ("bf16", "fp16", "auto", "f16", "fp32"):
+        return "f16"
+    if q.startswith(("gptq", "awq", "fp8")):
+        raise UsageError(f"--quant {q}: llama.cpp quantizes GGUF files itself; use f16, q8_0, q6_k, q5_k_m, "
+                         "q4_k_m or q4_0")
+    return q
+
+
+def llama_server() -> str:
+    built = built_tool("llama-server")
+    return (os.environ.get("LOADGEN_LLAMA_SERVER") or shutil.which("llama-server")
+            or str(built))
 
 
 def llamacpp_command(spec: EngineSpec) -> LaunchSpec:
     """``llama-server`` with ``-np`` parallel slots, each of the full context, and ``--metrics``."""
     if spec.pp > 1:
         raise UsageError("--pp: llama.cpp splits layers over the GPUs given; use --gpus only")
-    server = os.environ.get("LOADGEN_LLAMA_SERVER") or shutil.which("llama-server") or "llama-server"
+    server = llama_server()
     length = spec.setting.max_model_len
     argv = [
         server, "-m", gguf_path(spec), "--host", spec.host, "--port", str(spec.port), "--alias", spec.served_name,

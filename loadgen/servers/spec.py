@@ -99,7 +99,7 @@ def build_spec(
         raise UsageError(f"--attn {attn!r}: choose one of {', '.join(ATTENTION)}")
     if slots < 1:
         raise UsageError(f"--slots {slots}: must be >= 1")
-    ref = resolve_model(model, quant)
+    ref = resolve_model(model, quant, backend)
     if tp is not None and tp < 1:
         raise UsageError(f"--tp {tp}: must be >= 1")
     if pp < 1:
@@ -109,8 +109,10 @@ def build_spec(
     if dev == "cpu":
         if gpus is not None or (tp or 1) > 1 or pp > 1:
             raise UsageError("--device cpu: drop --gpus, --tp and --pp (a CPU engine runs as one process)")
-        if backend in ("sglang", "tgi"):
-            raise UsageError(f"--backend {backend}: no CPU build; on CPU use vllm, transformers or llamacpp")
+        if backend in GPU_ONLY:
+            raise UsageError(
+                f"--backend {backend}: no CPU build; on CPU use vllm, transformers, llamacpp or ctranslate2"
+            )
         tp, placed = 1, ()
     else:
         placed = parse_gpus(gpus) if gpus is not None else None
@@ -146,7 +148,10 @@ def build_spec(
 # each engine's name as people write it (the published tables call HF Transformers "Transformer")
 ENGINE_LABELS: dict[str, str] = {
     "vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "transformers": "HF Transformers", "llamacpp": "llama.cpp",
+    "ctranslate2": "CTranslate2", "mlc": "MLC LLM", "exllamav2": "ExLlamaV2",
 }
+# engines that run on NVIDIA GPUs only
+GPU_ONLY: tuple[str, ...] = ("sglang", "tgi", "mlc", "exllamav2")
 
 
 def describe_spec(spec: EngineSpec) -> str:
@@ -157,8 +162,10 @@ def describe_spec(spec: EngineSpec) -> str:
     s = spec.setting
     quant = "as the GGUF file says" if spec.model.checkpoint.endswith(".gguf") else spec.model.quant
     engine = ENGINE_LABELS[spec.backend]
-    if spec.backend == "transformers":
-        engine += " (loadgen's transformers engine)"
+    if spec.backend in ("transformers", "ctranslate2"):
+        engine += f" (loadgen's {spec.backend} engine)"
+    if spec.backend == "exllamav2":
+        engine += " (TabbyAPI)"
     preallocates = spec.device == "cuda" and spec.backend in ("vllm", "sglang", "tgi")
     return (
         f"{engine} serving {spec.model.checkpoint} ({quant}) on {where}{parallel}; "

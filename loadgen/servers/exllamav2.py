@@ -1,0 +1,46 @@
+"""ExLlamaV2 through TabbyAPI, its OpenAI-compatible server: ``python TABBY/main.py`` with the
+model directory's parent as ``--model-dir`` and its name as ``--model-name``. The checkpoint
+is an EXL2 (bits per weight in its name, e.g. ``exl2-4.65bpw``) or GPTQ directory;
+``$LOADGEN_TABBYAPI`` names the TabbyAPI checkout and ``$LOADGEN_TABBYAPI_PYTHON`` the Python that
+runs it (default: this one)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from loadgen.errors import UsageError
+from loadgen.servers.launch import LaunchSpec
+from loadgen.servers.spec import EngineSpec
+
+
+def tabby_main() -> str:
+    return str(Path(os.environ.get("LOADGEN_TABBYAPI", "tabbyAPI")) / "main.py")
+
+
+def exl2_dir(spec: EngineSpec) -> Path:
+    """The checkpoint directory: as given, or NAME-exl2-BPW beside the others in TabbyAPI's models/."""
+    ckpt = spec.model.checkpoint
+    if Path(ckpt).expanduser().is_absolute() or Path(ckpt).expanduser().exists():
+        return Path(ckpt).expanduser()
+    suffix = f"-{spec.model.quant}" if spec.model.quant.startswith("exl2") else f"-{spec.model.quant.upper()}"
+    root = Path(os.environ.get("LOADGEN_TABBYAPI", "tabbyAPI")) / "models"
+    return root / f"{ckpt.split('/')[-1]}{suffix}"
+
+
+def exllamav2_command(spec: EngineSpec) -> LaunchSpec:
+    if spec.device != "cuda":
+        raise UsageError("--backend exllamav2: ExLlamaV2 runs on NVIDIA GPUs (--device cuda)")
+    if spec.pp > 1:
+        raise UsageError("--pp: ExLlamaV2 splits layers over the GPUs given (or --tp); drop --pp")
+    model = exl2_dir(spec)
+    python = os.environ.get("LOADGEN_TABBYAPI_PYTHON") or sys.executable
+    argv = [
+        python, tabby_main(), "--host", spec.host, "--port", str(spec.port), "--disable-auth", "true",
+        "--model-dir", str(model.parent), "--model-name", model.name, "--backend", "exllamav2",
+        "--max-seq-len", str(spec.setting.max_model_len), "--max-batch-size", str(spec.slots),
+    ]
+    if len(spec.gpus) > 1:
+        argv += ["--tensor-parallel", "true"] if spec.tp > 1 else ["--gpu-split-auto", "true"]
+    return LaunchSpec((*argv, *spec.extra_args), spec.host, spec.port, spec.env, spec.ready_timeout_s, "exllamav2")
