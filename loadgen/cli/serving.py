@@ -142,6 +142,12 @@ def serve(
     load_format: Annotated[str | None, typer.Option(help="e.g. dummy: random weights of the real architecture")] = None,
     attn: Annotated[str, typer.Option(help="transformers engine attention: sdpa | eager | flash_attention_2")] = "sdpa",
     slots: Annotated[int, typer.Option(help="llama.cpp parallel slots (-np), at least the concurrency")] = 16,
+    load_in: Annotated[
+        str | None, typer.Option("--load-in", help="transformers engine: load weights 8bit or 4bit (bitsandbytes)")
+    ] = None,
+    grad_mode: Annotated[
+        str, typer.Option("--grad-mode", help="transformers engine: inference_mode (default) or no_grad")
+    ] = "inference_mode",
     host: Annotated[str, typer.Option(help="address the engine binds")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port the engine listens on")] = 8000,
     force: Annotated[bool, typer.Option("--force", help="launch on GPUs that already hold memory")] = False,
@@ -180,7 +186,8 @@ def serve(
     spec = build_spec(
         model, backend=backend, device=device, quant=quant, setting=setting, tp=tp, pp=pp, gpus=gpus, host=host,
         port=port, kv_cache_dtype=kv_cache_dtype, load_format=load_format, attn=attn, slots=slots,
-        extra_args=tuple(ctx.args), cpus=engine_cores(cpus) if not (script or print_argv) else (),
+        extra_args=tuple(ctx.args), load_in=load_in, grad_mode=grad_mode,
+        cpus=engine_cores(cpus) if not (script or print_argv) else (),
     )
     if print_argv:
         if container is None:

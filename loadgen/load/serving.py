@@ -58,7 +58,7 @@ def engine_spec(point: Scenario, cpus: tuple[int, ...] = ()) -> EngineSpec:
         serve.model, backend=serve.engine, device=serve.device, quant=serve.quant, setting=serve.setting,
         tp=serve.tp, pp=serve.pp, gpus=serve.gpus, host=serve.host, port=serve.port or free_port(serve.host),
         kv_cache_dtype=serve.kv_cache_dtype, load_format=serve.load_format, attn=serve.attn, slots=slots,
-        extra_args=serve.extra_args, cpus=cpus,
+        extra_args=serve.extra_args, cpus=cpus, load_in=serve.load_in, grad_mode=serve.grad_mode,
     )
 
 
@@ -73,7 +73,7 @@ def spec_summary(spec: EngineSpec) -> dict[str, Any]:
             "gpu_memory_utilization": s.gpu_memory_utilization, "max_model_len": s.max_model_len,
             "enforce_eager": s.enforce_eager,
         },
-        "attn": spec.attn,
+        "attn": spec.attn, "load_in": spec.load_in, "grad_mode": spec.grad_mode,
     }
 
 

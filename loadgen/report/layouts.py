@@ -285,8 +285,12 @@ def settings_lines(server: dict[str, Any]) -> tuple[str, ...]:
     lines = [QUANT_LABELS.get(str(server.get("quant")), str(server.get("quant")))]
     if server.get("backend") in ("vllm", "sglang"):
         lines.append(f"tensor_parallel_size={server.get('tp', 1)}")
-    if server.get("backend") == "transformers" and server.get("attn"):
-        lines.append(f"attn_implementation={server['attn']}")
+    if server.get("backend") == "transformers":
+        if server.get("load_in"):
+            lines.append(f"load_in_{server['load_in']}=True")
+        lines.append(f"torch.{server.get('grad_mode') or 'inference_mode'}()")
+        if server.get("attn"):
+            lines.append(f"attn_implementation={server['attn']}")
     if server.get("setting") not in (None, "default"):
         lines.append(f"Setting {server['setting']}")
     if server.get("device") == "cpu":

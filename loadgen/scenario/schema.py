@@ -331,6 +331,9 @@ class Serve(_Model):
     kv_cache_dtype: str | None = None
     load_format: str | None = None
     attn: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    # the transformers engine: weights loaded 8- or 4-bit by bitsandbytes, and the autograd mode
+    load_in: Literal["8bit", "4bit"] | None = None
+    grad_mode: Literal["inference_mode", "no_grad"] = "inference_mode"
     # llama.cpp slots; default: the sweep's highest concurrency
     slots: int | None = Field(None, ge=1)
     extra_args: tuple[str, ...] = ()
@@ -410,6 +413,7 @@ AXES: dict[str, str] = {
     "model": "serve.model", "quant": "serve.quant", "backend": "serve.backend", "engine": "serve.backend",
     "device": "serve.device", "setting": "serve.setting", "tp": "serve.tp", "pp": "serve.pp",
     "gpus": "serve.gpus", "attn": "serve.attn", "kv_cache_dtype": "serve.kv_cache_dtype",
+    "load_in": "serve.load_in", "grad_mode": "serve.grad_mode",
     "input_tokens": "workload.input_tokens", "output_tokens": "workload.output_tokens",
     "num_prompts": "workload.num_prompts", "concurrency": "load.concurrency", "rate": "load.rate",
     "note": "note",

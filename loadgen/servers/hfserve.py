@@ -124,7 +124,8 @@ class Runner:
 class ModelRunner(Runner):
     """A transformers model, its tokenizer and the single generation thread."""
 
-    def __init__(self, model: str, *, dtype: str, attn: str, device: str, max_model_len: int | None) -> None:
+    def __init__(self, model: str, *, dtype: str, attn: str, device: str, max_model_len: int | None,
+                 load_in: str | None = None, grad_mode: str = "inference_mode") -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -136,6 +137,15 @@ class ModelRunner(Runner):
         kwargs: dict[str, Any] = {"attn_implementation": attn}
         if dtype != "auto":
             kwargs["dtype"] = getattr(torch, dtype)
+        if load_in is not None:  # bitsandbytes quantizes the weights as they load (GPU only)
+            from transformers import BitsAndBytesConfig
+
+            compute = getattr(torch, dtype) if dtype != "auto" else torch.bfloat16
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_8bit=load_in == "8bit", load_in_4bit=load_in == "4bit", bnb_4bit_compute_dtype=compute,
+            )
+            kwargs["device_map"] = {"": 0}
+        self.load_in, self.grad_mode = load_in, grad_mode
         gpus = torch.cuda.device_count() if self.device.type == "cuda" else 0
         for i in range(gpus):
             torch.cuda.reset_peak_memory_stats(i)
@@ -143,7 +153,8 @@ class ModelRunner(Runner):
             kwargs["device_map"] = "auto"
             self.device = torch.device("cuda:0")  # where the embeddings, so the inputs, live
         loaded: Any = AutoModelForCausalLM.from_pretrained(model, **kwargs)
-        self.model: Any = (loaded if gpus > 1 else loaded.to(self.device)).eval()
+        placed = gpus > 1 or load_in is not None  # device_map put it already
+        self.model: Any = (loaded if placed else loaded.to(self.device)).eval()
         self.gpus = gpus
         self.attn = attn
         self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
@@ -166,7 +177,7 @@ class ModelRunner(Runner):
         return {
             "version": f"loadgen-transformers {__version__}", "transformers": transformers.__version__,
             "torch": self.torch.__version__, "attn_implementation": self.attn, "dtype": self.dtype,
-            "device": str(self.device),
+            "device": str(self.device), "load_in": self.load_in or "", "grad_mode": self.grad_mode,
         }
 
     # -- memory ---------------------------------------------------------------------------
@@ -215,7 +226,7 @@ class ModelRunner(Runner):
         cache = None
         out: list[int] = []
         text = ""
-        with torch.inference_mode():
+        with torch.inference_mode() if self.grad_mode == "inference_mode" else torch.no_grad():
             while True:
                 if job.cancelled.is_set():
                     return
@@ -413,9 +424,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--attn-implementation", default="sdpa", choices=ATTENTION)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--load-in", default=None, choices=("8bit", "4bit"), help="bitsandbytes weights (GPU)")
+    parser.add_argument("--grad-mode", default="inference_mode", choices=("inference_mode", "no_grad"))
     args = parser.parse_args(argv)
+    if args.load_in is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("bitsandbytes") is None:
+            parser.error(f"--load-in {args.load_in}: needs bitsandbytes (pip install bitsandbytes) and a CUDA GPU")
     runner = ModelRunner(args.model, dtype=args.dtype, attn=args.attn_implementation, device=args.device,
-                    max_model_len=args.max_model_len)
+                         max_model_len=args.max_model_len, load_in=args.load_in, grad_mode=args.grad_mode)
     name = args.served_model_name or Path(args.model).name
     print(f"transformers engine: {args.model} as {name!r} on {runner.device} ({runner.dtype}, "
           f"{args.attn_implementation}), max_model_len {runner.max_model_len}", file=sys.stderr, flush=True)

@@ -35,6 +35,8 @@ class EngineSpec:
     kv_cache_dtype: str | None = None
     load_format: str | None = None
     attn: str = "sdpa"  # the transformers engine's attention implementation
+    load_in: str | None = None  # the transformers engine: 8bit / 4bit through bitsandbytes
+    grad_mode: str = "inference_mode"  # the transformers engine: inference_mode or no_grad
     slots: int = 16  # llama.cpp parallel slots (>= the concurrency it will see)
     extra_args: tuple[str, ...] = ()
     ready_timeout_s: float = 1800.0
@@ -91,6 +93,8 @@ def build_spec(
     slots: int = 16,
     extra_args: tuple[str, ...] = (),
     cpus: tuple[int, ...] = (),
+    load_in: str | None = None,
+    grad_mode: str = "inference_mode",
 ) -> EngineSpec:
     """Resolve and cross-check everything ``loadgen serve`` was told."""
     if backend not in ENGINES:
@@ -99,6 +103,12 @@ def build_spec(
         raise UsageError(f"--attn {attn!r}: choose one of {', '.join(ATTENTION)}")
     if slots < 1:
         raise UsageError(f"--slots {slots}: must be >= 1")
+    if (load_in is not None or grad_mode != "inference_mode") and backend != "transformers":
+        raise UsageError("--load-in / --grad-mode: options of the transformers engine (--backend transformers)")
+    if load_in not in (None, "8bit", "4bit"):
+        raise UsageError(f"--load-in {load_in!r}: choose 8bit or 4bit")
+    if grad_mode not in ("inference_mode", "no_grad"):
+        raise UsageError(f"--grad-mode {grad_mode!r}: choose inference_mode or no_grad")
     ref = resolve_model(model, quant, backend)
     if tp is not None and tp < 1:
         raise UsageError(f"--tp {tp}: must be >= 1")
@@ -139,8 +149,8 @@ def build_spec(
     return EngineSpec(
         backend=backend, model=ref, served_name=served, host=host, port=port, device=dev, gpus=placed,
         tp=tp, pp=pp, setting=preset, rope=rope_scaling(ref.entry, preset.max_model_len),
-        kv_cache_dtype=kv_cache_dtype, load_format=load_format, attn=attn, slots=slots,
-        extra_args=extra_args, ready_timeout_s=600.0 if dev == "cpu" else 1800.0,
+        kv_cache_dtype=kv_cache_dtype, load_format=load_format, attn=attn, slots=slots, load_in=load_in,
+        grad_mode=grad_mode, extra_args=extra_args, ready_timeout_s=600.0 if dev == "cpu" else 1800.0,
         cpus=cpus if dev == "cpu" else (),
     )
 

@@ -24,5 +24,9 @@ def transformers_command(spec: EngineSpec) -> LaunchSpec:
     ]
     if spec.dtype != "auto":
         argv += ["--dtype", spec.dtype]
+    if spec.load_in is not None:
+        argv += ["--load-in", spec.load_in]
+    if spec.grad_mode != "inference_mode":
+        argv += ["--grad-mode", spec.grad_mode]
     env = spec.env | ({"OMP_NUM_THREADS": str(len(spec.cpus))} if spec.cpus else {})  # torch's threads
     return LaunchSpec((*argv, *spec.extra_args), spec.host, spec.port, env, spec.ready_timeout_s, "transformers")
