@@ -138,10 +138,11 @@ class ModelRunner(Runner):
         if dtype != "auto":
             kwargs["dtype"] = getattr(torch, dtype)
         if load_in is not None:  # bitsandbytes quantizes the weights as they load (GPU only)
-            from transformers import BitsAndBytesConfig
+            import transformers
 
+            bnb: Any = transformers.BitsAndBytesConfig
             compute = getattr(torch, dtype) if dtype != "auto" else torch.bfloat16
-            kwargs["quantization_config"] = BitsAndBytesConfig(
+            kwargs["quantization_config"] = bnb(
                 load_in_8bit=load_in == "8bit", load_in_4bit=load_in == "4bit", bnb_4bit_compute_dtype=compute,
             )
             kwargs["device_map"] = {"": 0}
