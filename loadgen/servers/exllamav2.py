@@ -24,7 +24,7 @@ def exl2_dir(spec: EngineSpec) -> Path:
     ckpt = spec.model.checkpoint
     if Path(ckpt).expanduser().is_absolute() or Path(ckpt).expanduser().exists():
         return Path(ckpt).expanduser()
-    suffix = f"-{spec.model.quant}" if spec.model.quant.startswith("exl2") else f"-{spec.model.quant.upper()}"
+    suffix = f"-{spec.model.quant}" if spec.model.quant.startswith("exl2") else ""  # GPTQ: the hub's name
     root = Path(os.environ.get("LOADGEN_TABBYAPI", "tabbyAPI")) / "models"
     return root / f"{ckpt.split('/')[-1]}{suffix}"
 
