@@ -6,6 +6,7 @@
     │   └── RunDirError           a run directory that is missing or unreadable
     ├── ServerError               exit 3: the server under test could not be used
     │   ├── LaunchError           a server loadgen launched did not become ready
+    │   │   └── EngineUnavailable not installed here, or needs hardware this machine lacks
     │   └── TargetError           a given server is unreachable or not OpenAI-compatible
     └── AbortedError              exit 4: an abort rule ended the run early
 
@@ -44,6 +45,10 @@ class LaunchError(ServerError):
     def __init__(self, message: str, log_tail: str = "") -> None:
         super().__init__(message)
         self.log_tail = log_tail
+
+
+class EngineUnavailable(LaunchError):
+    """The engine cannot run here at all (not installed, no GPU): a matrix may skip it."""
 
 
 class TargetError(ServerError):

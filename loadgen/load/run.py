@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from loadgen.errors import LaunchError, ScenarioError, TargetError, UsageError
+from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.load.cell import AbortRule, calibrate, measure_window, warmup
 from loadgen.load.client import StreamingClient
 from loadgen.load.prepare import Observer, QuietObserver, RunResult, reopen, resolve_model, with_run_seed
@@ -191,8 +191,8 @@ class _Run:
         self.entries[cell.index] = cell_summary(self.scenario, cell, records, line, samples)
         self.write_outputs()
         self.obs.cell_finished(cell, self.entries[cell.index])
-        if status == "failed":
-            self.obs.message(f"cell {cell.index + 1}/{self.n_cells} failed: {reason}")
+        if status in ("failed", "skipped"):
+            self.obs.message(f"cell {cell.index + 1}/{self.n_cells} {status}: {reason}")
         entry = self.entries[cell.index]
         if (health := entry.client) and health["client_bound"]:
             what = {"starved": "was client-starved", "saturated": "was client-bound"}.get(
@@ -220,16 +220,17 @@ class _Run:
                 server, url, info = launch_target(
                     point, self.run_dir / log, self.provenance, self.obs.message, split[0] if split else (),
                 )
-            except LaunchError as exc:
-                if single:
+            except (LaunchError, UsageError) as exc:
+                # an engine not installed here (or a configuration this machine cannot run) is
+                # skipped where the scenario says so; anything else failed
+                skip = point.serve is not None and point.serve.skip_unavailable and (
+                    isinstance(exc, (EngineUnavailable, UsageError)))
+                if single and isinstance(exc, LaunchError) and not skip:
                     raise
+                status = "skipped" if skip else "failed"
+                reason = str(exc) if skip or isinstance(exc, UsageError) else f"engine did not start: {exc}"
                 while (cell := todo.take()) is not None:
-                    self.finish_cell(cell, [], "failed", f"engine did not start: {exc}", describe_server(point, {}))
-                    todo.finished(cell, self.entries[cell.index])
-                return
-            except UsageError as exc:
-                while (cell := todo.take()) is not None:
-                    self.finish_cell(cell, [], "failed", str(exc), describe_server(point, {}))
+                    self.finish_cell(cell, [], status, reason, describe_server(point, {}))
                     todo.finished(cell, self.entries[cell.index])
                 return
         try:

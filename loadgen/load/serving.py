@@ -125,7 +125,8 @@ def describe_server(point: Scenario, info: dict[str, Any]) -> dict[str, Any]:
         return {"backend": None, "base_url": point.target.base_url, "launched": False}
     out: dict[str, Any] = {
         "backend": serve.engine, "model": serve.model, "quant": serve.quant or "bf16",
-        "setting": serve.setting, "launched": True,
+        "setting": serve.setting, "launched": True, "tp": serve.tp or 1, "attn": serve.attn,
+        "load_in": serve.load_in, "grad_mode": serve.grad_mode,
     }
     spec = info.get("spec")
     if spec:

@@ -238,10 +238,10 @@ def compare_rows(
 ) -> tuple[list[CompareRow], int]:
     """One row per (run, engine configuration), averaged over the cells whose parameters the
     baseline also measured; returns the rows and the baseline row's index."""
-    def configs(summary: Summary) -> dict[str, list[CellSummary]]:
+    def configs(summary: Summary, done: bool = True) -> dict[str, list[CellSummary]]:
         out: dict[str, list[CellSummary]] = {}
         for cell in summary.cells:
-            if cell.status == "done":
+            if cell.status == "done" or not done:
                 s = cell.server
                 key = repr(sorted((k, str(v)) for k, v in s.items() if k not in ("version", "gpus")))
                 out.setdefault(key, []).append(cell)
@@ -255,9 +255,19 @@ def compare_rows(
     rows: list[CompareRow] = []
     base_index = -1
     for name, summary in runs:
-        for i, cells in enumerate(configs(summary).values()):
+        for all_cells in configs(summary, done=False).values():
+            cells = [c for c in all_cells if c.status == "done"]
+            if not cells:  # skipped or failed: a row without figures, the reason as its note (as the reference)
+                c = all_cells[0]
+                s = c.server
+                rows.append(CompareRow(
+                    software=SOFTWARE_LABELS.get(str(s.get("backend")), str(s.get("backend"))),
+                    settings=settings_lines(s), avg_tok_s=None, max_mem_mib=None,
+                    notes=f"{name}: {c.status}: {c.reason}",
+                ))
+                continue
             common = [c for c in cells if _match_key(c) in base_keys]
-            if name == base_name and i == 0 and base_index < 0:
+            if name == base_name and base_index < 0:
                 base_index = len(rows)
             speeds = [v for c in common if (v := _avg_speed(c, summary.kind)) is not None]
             mems = [m for c in common if (m := cell_memory(c)[0]) is not None]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from loadgen.errors import UsageError
 from loadgen.report.capacity import capacity_table
-from loadgen.report.layouts import single_stream_tables, throughput_rows, throughput_table
+from loadgen.report.layouts import compare_rows, compare_table, single_stream_tables, throughput_rows, throughput_table
 from loadgen.report.tables import Table, render
 from loadgen.results.summary import Summary
 
-TABLES = ("single-stream", "throughput", "capacity", "sweep")
+TABLES = ("single-stream", "throughput", "capacity", "compare", "sweep")
 FORMATS = ("console", "md", "rst", "csv", "json")
 
 
@@ -23,6 +23,11 @@ def published_tables(summary: Summary, table: str, spread: bool) -> list[Table]:
     (one row per search) of a summary."""
     if table == "single-stream":
         return single_stream_tables(summary, spread=spread)
+    if table == "compare":
+        rows, base = compare_rows([(summary.scenario, summary)], (summary.scenario, summary))
+        if base < 0:
+            raise UsageError("--table compare: the run has no finished cell to compare against")
+        return [compare_table(rows, base)]
     if table == "capacity":
         if not summary.capacity:
             raise UsageError("--table capacity: this run has no search (load.search, or loadgen run --search)")

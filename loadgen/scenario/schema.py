@@ -338,6 +338,9 @@ class Serve(_Model):
     slots: int | None = Field(None, ge=1)
     extra_args: tuple[str, ...] = ()
     force: bool = False
+    # a matrix point whose engine is not installed here, or cannot run on this machine, is
+    # recorded as skipped with the reason (instead of failed)
+    skip_unavailable: bool = False
     host: str = "127.0.0.1"
     port: int | None = Field(None, ge=1, le=65535)
     # default: 60 s for the simulator, 600 s for a CPU engine, 1800 s on GPUs

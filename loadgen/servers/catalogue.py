@@ -27,7 +27,7 @@ QUANTS: tuple[str, ...] = ("bf16", "fp16", "fp32", "gptq-int8", "gptq-int4", "aw
 # weight formats, ExLlamaV2's EXL2 bits per weight
 ENGINE_QUANTS: dict[str, tuple[str, ...]] = {
     # the full-precision checkpoint loaded as another dtype (the reference's FP32 baseline, FP16)
-    "transformers": ("fp32", "fp16"),
+    "transformers": ("fp32", "fp16", "bf16"),
     "llamacpp": ("f16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0"),
     "ctranslate2": ("int8", "int8_float16", "int8_bfloat16", "int8_float32", "float16", "bfloat16", "float32"),
     "mlc": ("q0f16", "q0f32", "q3f16_1", "q4f16_1", "q4f32_1", "q4f16_awq"),

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from loadgen.errors import LaunchError
+from loadgen.errors import EngineUnavailable, LaunchError
 from loadgen.servers.launch import LaunchSpec, check_port, shell_line
 from loadgen.servers.spec import EngineSpec
 from loadgen.servers.vllm import vllm_cpu_env
@@ -45,6 +45,11 @@ def _missing(launch: LaunchSpec, spec: EngineSpec) -> str | None:
         for module in ("torch", "transformers"):
             if importlib.util.find_spec(module) is None:
                 return f"the transformers engine needs {module}: pip install 'loadgen[transformers]'"
+        no_cuda = spec.device != "cuda"
+        if spec.attn == "flash_attention_2" and (no_cuda or importlib.util.find_spec("flash_attn") is None):
+            return "attn flash_attention_2 needs a CUDA GPU and the flash-attn package (pip install flash-attn)"
+        if spec.load_in is not None and (no_cuda or importlib.util.find_spec("bitsandbytes") is None):
+            return f"load_in {spec.load_in} needs a CUDA GPU and bitsandbytes (pip install bitsandbytes)"
         return None
     if spec.backend == "sglang":
         return None if importlib.util.find_spec("sglang") else "SGLang is not installed: pip install 'sglang[all]'"
@@ -84,7 +89,7 @@ def prepare(
     }
     check_port(launch)  # first: cheaper and clearer than any GPU check
     if (why := _missing(launch, spec)) is not None:
-        raise LaunchError(why)
+        raise EngineUnavailable(why)
     if spec.model.entry is not None and spec.model.entry.generated:
         from loadgen.servers.tiny import ensure_tiny
 
@@ -114,9 +119,14 @@ def prepare(
             out.parent.mkdir(parents=True, exist_ok=True)
             convert(spec.model.checkpoint, out)
     if spec.device == "cuda":
-        from loadgen.servers.gpus import check_gpus
+        from loadgen.servers.gpus import check_gpus, gpu_count
 
-        info["gpus"] = [g.as_dict() for g in check_gpus(spec.gpus, force=force)]
+        try:
+            info["gpus"] = [g.as_dict() for g in check_gpus(spec.gpus, force=force)]
+        except LaunchError as exc:
+            if not gpu_count():  # no GPU at all: the engine cannot run here
+                raise EngineUnavailable(str(exc), exc.log_tail) from exc
+            raise
     return info
 
 

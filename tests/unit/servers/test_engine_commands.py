@@ -104,7 +104,7 @@ def test_every_engine_quantization_has_a_command_line(backend: str) -> None:
         elif backend == "mlc":
             assert f"Qwen2-7B-Instruct-{quant}-MLC" in text
         elif backend == "transformers":
-            assert f"--dtype {'float32' if quant == 'fp32' else 'float16'}" in text
+            assert f"--dtype {dict(fp32='float32', fp16='float16', bf16='bfloat16')[quant]}" in text
         else:
             assert f"Qwen2-7B-Instruct-{quant}" in text
 
