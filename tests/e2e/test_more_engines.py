@@ -1,0 +1,125 @@
+"""llama.cpp (built from source by `loadgen setup llamacpp`) and loadgen's CTranslate2 engine,
+serving the tiny model on CPU through the CLI as a user runs them; then the cross-engine
+comparison of every engine installed here, rendered in the reference table's layout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.conftest import live_group_members
+from tests.e2e.test_engines import ROOT, assert_exact_usage, loadgen, popen, scenario
+
+
+@pytest.fixture(scope="module")
+def llamacpp_built() -> None:
+    from loadgen.servers.llamacpp_setup import is_set_up
+
+    if not is_set_up():
+        if os.environ.get("CI"):
+            pytest.fail("llama.cpp is not built; .ci/run must run `loadgen setup llamacpp`")
+        pytest.skip("llama.cpp is not built here (loadgen setup llamacpp)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def serve_and_run(tmp_path: Path, *serve_args: str) -> str:
+    """`loadgen serve tiny ARGS`, 16 requests at concurrency 4 against it, then Ctrl-C; returns
+    what the ready line said. Nothing of the engine may outlive the Ctrl-C."""
+    port = free_port()
+    serve = popen("serve", "tiny", *serve_args, "--port", str(port), "--log", str(tmp_path / "engine.log"))
+    try:
+        assert serve.stdout is not None
+        ready = serve.stdout.readline()
+        assert f"http://127.0.0.1:{port}/v1" in ready, ready + (tmp_path / "engine.log").read_text()[-3000:]
+        path = scenario(tmp_path, """
+workload: {num_prompts: 16, input_tokens: 64, output_tokens: 32}
+load: {concurrency: 4, warmup_requests: 1}
+""")
+        run_dir = tmp_path / "run"
+        proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(run_dir))
+        assert proc.returncode == 0, proc.stderr
+        summary = orjson.loads((run_dir / "summary.json").read_bytes())
+        assert summary["cells"][0]["metrics"]["completed"] == 16
+        assert_exact_usage(run_dir, 64, 32, 16)
+    finally:
+        serve.send_signal(signal.SIGINT)
+        _, stderr = serve.communicate(timeout=60)
+    assert serve.returncode == 0, stderr
+    assert live_group_members(serve.pid) == []
+    left = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+    return ready
+
+
+def test_llamacpp_q8_0_serves_the_tiny_model(llamacpp_built: None, tmp_path: Path) -> None:
+    ready = serve_and_run(tmp_path, "--backend", "llamacpp", "--quant", "q8_0", "--slots", "4")
+    assert "llamacpp" in ready
+    log = (tmp_path / "engine.log").read_text()
+    assert "q8_0.gguf" in log
+
+
+def test_ctranslate2_int8_serves_the_tiny_model(tmp_path: Path) -> None:
+    ready = serve_and_run(tmp_path, "--backend", "ctranslate2", "--quant", "int8")
+    assert "loadgen-ctranslate2" in ready
+
+
+REFERENCE_HEADERS = "| Software | Settings | Avg Tok/s | Max Mem | Speed X | Max mem % | Notes |"
+
+
+def test_engine_compare_on_cpu(llamacpp_built: None, vllm_cpu: None, tmp_path: Path) -> None:
+    run_dir = tmp_path / "engines"
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", "run", "scenarios/engine-compare.yaml", "--out", str(run_dir),
+         "--set", "workload.output_tokens=128"],
+        capture_output=True, text=True, timeout=1500, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    by = {(c["server"]["backend"], c["server"].get("quant"), c["server"].get("tp"), c["server"].get("attn"),
+           c["server"].get("load_in"), c["server"].get("grad_mode")): c for c in summary["cells"]}
+    measured = {k[:2] for k, c in by.items() if c["status"] == "done"}
+    print("\nmeasured:", sorted(measured))
+    for engine in ("transformers", "vllm", "llamacpp", "ctranslate2"):
+        assert any(e == engine for e, _ in measured), (engine, proc.stderr[-3000:])
+    assert {q for e, q in measured if e == "llamacpp"} == {"f16", "q8_0", "q4_k_m"}
+    skipped = [c for c in summary["cells"] if c["status"] == "skipped"]
+    # no GPU here: MLC, ExLlamaV2, flash-attention, bitsandbytes and vLLM over 2 GPUs are skipped, with why
+    assert {c["server"]["backend"] for c in skipped} >= {"mlc", "exllamav2"}
+    assert all(c["reason"] for c in skipped)
+    assert not [c for c in summary["cells"] if c["status"] == "failed"], proc.stderr[-3000:]
+    assert "skipped" in proc.stderr
+
+    table = subprocess.run([sys.executable, "-m", "loadgen", "report", str(run_dir), "--table", "compare",
+                            "--format", "md"], capture_output=True, text=True, cwd=ROOT)
+    assert table.returncode == 0, table.stderr
+    lines = [x for x in table.stdout.splitlines() if x.startswith("|")]
+    print(table.stdout)
+    assert " ".join(lines[0].split()) == REFERENCE_HEADERS  # the reference table's layout
+    baseline = lines[2].split("|")
+    assert baseline[1].strip() == "HF Transformers"
+    assert baseline[2].strip().startswith("Baseline (FP32)")
+    assert baseline[5].strip() == "1.00"  # Speed X of the first row
+    softwares = {row.split("|")[1].strip() for row in lines[2:]}
+    assert {"HF Transformers", "vLLM", "llama.cpp", "CTranslate2", "MLC LLM", "ExLlamaV2"} <= softwares
+    # a measured row has figures; a skipped one says why in its notes
+    for row in lines[2:]:
+        cols = [c.strip() for c in row.split("|")[1:-1]]
+        if cols[0] in ("MLC LLM", "ExLlamaV2"):
+            assert cols[2] == "" and "skipped" in cols[6]
+        elif cols[0] in ("llama.cpp", "CTranslate2"):
+            assert float(cols[2]) > 0 and float(cols[4]) > 0
+    # the run itself printed the comparison too
+    assert REFERENCE_HEADERS.split(" |")[0] in proc.stdout
