@@ -19,7 +19,8 @@ from loadgen.report.summary import render_markdown
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="run directories")],
     table: Annotated[
-        str | None, typer.Option(help="single-stream | throughput | capacity | compare | sweep (default: the scenario's kind)")
+        str | None,
+        typer.Option(help="single-stream | throughput | capacity | compare | sweep (default: the scenario's kind)"),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="console | md | rst | csv | json")] = "console",
     spread: Annotated[bool, typer.Option("--spread", help="single-stream: add the speed's std over repeats")] = False,

@@ -106,12 +106,14 @@ class StreamState:
             self.cached_tokens = chunk.cached_tokens
         if not chunk.has_choices:
             return None  # the final usage chunk, or a keep-alive
-        if chunk.completion_tokens is not None:
+        if chunk.completion_tokens is not None and (self.cum_tokens > 0 or not self.chunk_ns):
             # cumulative usage on every chunk: the exact number of tokens this chunk carried
             n = chunk.completion_tokens - self.cum_tokens
             self.cum_tokens = chunk.completion_tokens
         else:
-            n = 1 if chunk.text else 0  # a role-only chat delta carries none
+            # no usage so far (or only a total on the last chunk, as llama.cpp sends it):
+            # one token per chunk with text; a role-only chat delta carries none
+            n = 1 if chunk.text else 0
         if n > 0:
             waited = t - self.sent_ns
             if not self.chunk_ns and self.first_limit_ns is not None and waited > self.first_limit_ns:

@@ -12,6 +12,7 @@ the vendored ``convert_hf_to_gguf.py``, then quantized with ``llama-quantize``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -51,7 +52,7 @@ def _cpu() -> str:
                 break
     except OSError:
         pass
-    return f"{platform.machine()} {len(flags.split())} flags {hash(flags) & 0xFFFFFFFF:08x}"
+    return f"{platform.machine()} {len(flags.split())} flags {hashlib.sha256(flags.encode()).hexdigest()[:12]}"
 
 
 def is_set_up() -> bool:
@@ -67,6 +68,7 @@ def setup_llamacpp(echo: Callable[[str], None], *, jobs: int | None = None) -> P
     home = llamacpp_home()
     if is_set_up():
         echo(f"llama.cpp (llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}'s source) already built in {home / 'bin'}")
+        _converter_needs(echo)
         return home / "bin"
     home.mkdir(parents=True, exist_ok=True)
     cmake = shutil.which("cmake")
@@ -109,9 +111,22 @@ def setup_llamacpp(echo: Callable[[str], None], *, jobs: int | None = None) -> P
             elif src.is_file():
                 (home / "src").mkdir(exist_ok=True)
                 shutil.copy2(src, home / "src" / name)
+    _converter_needs(echo)
     (home / MARKER).write_text(json.dumps({"version": LLAMA_CPP_PYTHON_VERSION, "cpu": _cpu()}) + "\n")
     echo(f"llama.cpp ready: {home / 'bin'}")
     return home / "bin"
+
+
+# what the converter imports besides torch and transformers (loadgen[transformers])
+CONVERTER_NEEDS = ("sentencepiece",)
+
+
+def _converter_needs(echo: Callable[[str], None]) -> None:
+    """The converter's own Python needs, into this interpreter (the ``llamacpp`` extra has them)."""
+    missing = [m for m in CONVERTER_NEEDS if subprocess.run([sys.executable, "-c", f"import {m}"],
+                                                             capture_output=True).returncode]
+    if missing:
+        _run(echo, sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *missing)
 
 
 def _run(echo: Callable[[str], None], *argv: str, progress: bool = False) -> None:
@@ -155,10 +170,10 @@ def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Callable[[str], No
     out.parent.mkdir(parents=True, exist_ok=True)
     f16 = out.with_name(out.name.rsplit("-", 1)[0] + "-f16.gguf")
     if not f16.is_file():
-        for module in ("torch", "transformers"):
+        for module in ("torch", "transformers", *CONVERTER_NEEDS):
             if subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode:
                 raise LaunchError(
-                    f"converting {checkpoint} to GGUF needs {module}: pip install 'loadgen[transformers]'"
+                    f"converting {checkpoint} to GGUF needs {module}: pip install 'loadgen[llamacpp]'"
                 )
         echo(f"converting {checkpoint} to GGUF (f16): {f16}")
         tmp = f16.with_suffix(".part")

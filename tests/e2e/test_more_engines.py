@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from loadgen.results.records import read_records
 from tests.conftest import live_group_members
 from tests.e2e.test_engines import ROOT, assert_exact_usage, loadgen, popen, scenario
 
@@ -35,7 +36,7 @@ def free_port() -> int:
     return port
 
 
-def serve_and_run(tmp_path: Path, *serve_args: str) -> str:
+def serve_and_run(tmp_path: Path, *serve_args: str, exact_chunks: bool = True) -> str:
     """`loadgen serve tiny ARGS`, 16 requests at concurrency 4 against it, then Ctrl-C; returns
     what the ready line said. Nothing of the engine may outlive the Ctrl-C."""
     port = free_port()
@@ -52,8 +53,19 @@ load: {concurrency: 4, warmup_requests: 1}
         proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(run_dir))
         assert proc.returncode == 0, proc.stderr
         summary = orjson.loads((run_dir / "summary.json").read_bytes())
-        assert summary["cells"][0]["metrics"]["completed"] == 16
-        assert_exact_usage(run_dir, 64, 32, 16)
+        metrics = summary["cells"][0]["metrics"]
+        assert metrics["completed"] == 16
+        if exact_chunks:
+            assert_exact_usage(run_dir, 64, 32, 16)
+        else:
+            # llama.cpp holds back a token whose bytes are not yet whole UTF-8 (frequent with the
+            # tiny model's random tokens) and sends no usage per chunk: usage is exact, and what
+            # the chunks miss is reported as the discrepancy
+            recs = [r for r in read_records(run_dir / "records.jsonl") if not r.warmup]
+            assert {(r.prompt_tokens, r.output_tokens, r.token_count_source) for r in recs} == {(64, 32, "usage")}
+            missing = sum(32 - sum(r.chunk_tokens) for r in recs)
+            assert all(sum(r.chunk_tokens) <= 32 for r in recs)
+            assert metrics["chunk_token_discrepancy"]["tokens"] == missing
     finally:
         serve.send_signal(signal.SIGINT)
         _, stderr = serve.communicate(timeout=60)
@@ -65,7 +77,7 @@ load: {concurrency: 4, warmup_requests: 1}
 
 
 def test_llamacpp_q8_0_serves_the_tiny_model(llamacpp_built: None, tmp_path: Path) -> None:
-    ready = serve_and_run(tmp_path, "--backend", "llamacpp", "--quant", "q8_0", "--slots", "4")
+    ready = serve_and_run(tmp_path, "--backend", "llamacpp", "--quant", "q8_0", "--slots", "4", exact_chunks=False)
     assert "llamacpp" in ready
     log = (tmp_path / "engine.log").read_text()
     assert "q8_0.gguf" in log
@@ -118,8 +130,10 @@ def test_engine_compare_on_cpu(llamacpp_built: None, vllm_cpu: None, tmp_path: P
     for row in lines[2:]:
         cols = [c.strip() for c in row.split("|")[1:-1]]
         if cols[0] in ("MLC LLM", "ExLlamaV2"):
-            assert cols[2] == "" and "skipped" in cols[6]
+            assert cols[2] == ""
+            assert "skipped" in cols[6]
         elif cols[0] in ("llama.cpp", "CTranslate2"):
-            assert float(cols[2]) > 0 and float(cols[4]) > 0
+            assert float(cols[2]) > 0
+            assert float(cols[4]) > 0
     # the run itself printed the comparison too
     assert REFERENCE_HEADERS.split(" |")[0] in proc.stdout

@@ -86,3 +86,31 @@ def test_reasoning_deltas_are_output_marked_as_thinking_and_cached_tokens_are_re
     usage = parse_chunk(b'{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,'
                         b'"prompt_tokens_details":{"cached_tokens":8}}}')
     assert usage.cached_tokens == 8
+
+
+def _stream(chunks: list[bytes]) -> tuple[list[int], int | None]:
+    from loadgen.load.stream import StreamState
+
+    state = StreamState()
+    state.sent_ns = 1
+    body = b"".join(b"data: " + c + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    state.feed(body, 10)
+    return state.chunk_tokens, state.usage_completion
+
+
+def test_a_total_on_the_last_chunk_is_not_cumulative_usage() -> None:
+    # llama.cpp: text chunks without usage, then the finish chunk carries the request's total
+    tokens, total = _stream([
+        b'{"choices":[{"text":" a","index":0,"finish_reason":null}]}',
+        b'{"choices":[{"text":" b","index":0,"finish_reason":null}]}',
+        b'{"choices":[{"text":" c","index":0,"finish_reason":null}]}',
+        b'{"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":7,"completion_tokens":3}}',
+    ])
+    assert (tokens, total) == ([1, 1, 1], 3)
+    # vLLM with continuous usage: every chunk's usage is cumulative
+    tokens, total = _stream([
+        b'{"choices":[{"text":" a b","index":0}],"usage":{"prompt_tokens":7,"completion_tokens":2}}',
+        b'{"choices":[{"text":" c","index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":7,"completion_tokens":3}}',
+        b'{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}',
+    ])
+    assert (tokens, total) == ([2, 1], 3)
