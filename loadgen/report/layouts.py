@@ -159,7 +159,7 @@ def single_stream_tables(summary: Summary, *, spread: bool = False) -> list[Tabl
         if any(s != "default" for s in settings):
             notes = [setting_footnote(s, server.get("model")) for s in ["default", *settings] if s]
             notes = list(dict.fromkeys(notes))
-        if engine in PREALLOCATING:
+        if engine in PREALLOCATING and any(c.server.get("device") != "cpu" for _, c in items):
             kv = [
                 (c.server_metrics or {}).get("kv_cache_usage", {}).get("max") for _, c in items
             ]

@@ -195,6 +195,8 @@ def check_models(scenario: Scenario, source: str) -> None:
         serve = point.serve
         if serve is not None and serve.model is not None and serve.engine != "sim":
             try:
-                resolve_model(serve.model, serve.quant)
+                resolve_model(serve.model, serve.quant, serve.engine)
             except UsageError as exc:
+                if serve.skip_unavailable:
+                    continue  # that point is skipped, with the reason, when its turn comes
                 raise ScenarioError(f"{source}: serve.model -> {exc}") from None

@@ -88,6 +88,16 @@ def prepare(
         "tp": spec.tp, "pp": spec.pp, "argv": list(launch.argv), "env": launch.env, "command": shell_line(launch),
     }
     check_port(launch)  # first: cheaper and clearer than any GPU check
+    # GPUs before the program: on a machine without any, that is the reason it cannot run
+    if spec.device == "cuda":
+        from loadgen.servers.gpus import check_gpus, gpu_count
+
+        try:
+            info["gpus"] = [g.as_dict() for g in check_gpus(spec.gpus, force=force)]
+        except LaunchError as exc:
+            if not gpu_count():  # no GPU at all: the engine cannot run here
+                raise EngineUnavailable(str(exc), exc.log_tail) from exc
+            raise
     if (why := _missing(launch, spec)) is not None:
         raise EngineUnavailable(why)
     if spec.model.entry is not None and spec.model.entry.generated:
@@ -118,15 +128,6 @@ def prepare(
             echo(f"converting {spec.model.checkpoint} to CTranslate2's format: {out}")
             out.parent.mkdir(parents=True, exist_ok=True)
             convert(spec.model.checkpoint, out)
-    if spec.device == "cuda":
-        from loadgen.servers.gpus import check_gpus, gpu_count
-
-        try:
-            info["gpus"] = [g.as_dict() for g in check_gpus(spec.gpus, force=force)]
-        except LaunchError as exc:
-            if not gpu_count():  # no GPU at all: the engine cannot run here
-                raise EngineUnavailable(str(exc), exc.log_tail) from exc
-            raise
     return info
 
 

@@ -70,7 +70,7 @@ def _device(device: str, ref: ModelRef, gpus: str | None, tp: int | None) -> str
         raise UsageError(f"--device {device!r}: choose one of {', '.join(DEVICES)}")
     if device != "auto":
         return device
-    if gpus is not None or tp is not None or ref.entry is None or not ref.entry.generated:
+    if gpus is not None or (tp or 1) > 1 or ref.entry is None or not ref.entry.generated:
         return "cuda"
     return "cuda" if gpu_count() else "cpu"
 
