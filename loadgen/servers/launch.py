@@ -36,6 +36,8 @@ class LaunchSpec:
     ready_timeout_s: float = 60.0
     name: str = "server"
     cpus: tuple[int, ...] = ()  # the cores the server's process group may run on (empty: any)
+    # answered 200 in turn once it is ready (an engine without /health is ready at /v1/models)
+    ready_paths: tuple[str, ...] = ("/health", "/v1/models")
 
     @property
     def base_url(self) -> str:
@@ -170,7 +172,8 @@ class LaunchedServer:
         spec = self.spec
         deadline = time.monotonic() + spec.ready_timeout_s
         root = f"http://{spec.host}:{spec.port}"
-        stage = "/health"
+        stages = list(spec.ready_paths)
+        stage = stages.pop(0)
         with httpx.Client(timeout=2.0, trust_env=False) as http:
             while True:
                 code = self.proc.poll()
@@ -182,9 +185,9 @@ class LaunchedServer:
                     )
                 with contextlib.suppress(httpx.HTTPError):
                     if http.get(root + stage).status_code == 200:
-                        if stage == "/v1/models":
+                        if not stages:
                             return
-                        stage = "/v1/models"
+                        stage = stages.pop(0)
                         continue
                 if time.monotonic() > deadline:
                     raise LaunchError(

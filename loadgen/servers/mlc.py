@@ -31,4 +31,5 @@ def mlc_command(spec: EngineSpec) -> LaunchSpec:
                 f"context_window_size={spec.setting.max_model_len}"
     argv = [exe, "serve", mlc_model(spec), "--device", "cuda", "--mode", "server", "--host", spec.host,
             "--port", str(spec.port), "--overrides", overrides]
-    return LaunchSpec((*argv, *spec.extra_args), spec.host, spec.port, spec.env, spec.ready_timeout_s, "mlc")
+    return LaunchSpec((*argv, *spec.extra_args), spec.host, spec.port, spec.env, spec.ready_timeout_s, "mlc",
+                      ready_paths=("/v1/models",))
