@@ -196,6 +196,14 @@ class Search(_Model):
     # stop a probe as soon as it has clearly broken an SLO (or the server's queue keeps growing)
     early_stop: bool = True
 
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_slo(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("slo") is None:
+            raise ValueError("a search needs its objectives: slo: {ttft_ms: {p99: 300}, ...} "
+                             "(on the command line: --slo ttft:p99:300)")
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> Search:
         if self.max < self.min:

@@ -152,7 +152,8 @@ def test_bad_flags_say_what_to_give(search: str, slos: list[str], message: str) 
 
 
 @pytest.mark.parametrize(("load", "message"), [
-    ({"search": {"by": "rate"}}, "load.search.slo -> Field required"),
+    ({"search": {"by": "rate"}}, "load.search -> a search needs its objectives: slo: {ttft_ms: {p99: 300}, ...} "
+                                 "(on the command line: --slo ttft:p99:300)"),
     ({"search": {"by": "rate", "slo": {}}}, "give at least one objective"),
     ({"search": {"by": "rate", "slo": {"ttft_ms": 300}}}, "ttft_ms: give a statistic and a bound in ms, e.g. "
                                                           "ttft_ms: {p99: 300}"),
