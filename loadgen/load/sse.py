@@ -14,18 +14,48 @@ import orjson
 DONE = b"[DONE]"
 
 
+# the largest event a stream may send (data lines together); a bigger one ends the request
+MAX_EVENT_BYTES = 16 << 20
+
+
+class EventTooLarge(ValueError):
+    """One event (or one line still without its end) grew past ``MAX_EVENT_BYTES``."""
+
+
 class SSEParser:
-    """Incremental parser: ``feed(bytes)`` returns the ``data`` payloads of completed events."""
+    """Incremental parser: ``feed(bytes)`` returns the ``data`` payloads of completed events.
 
-    __slots__ = ("_buf", "_data", "ignored_lines")
+    Reads that end no line are kept as a list and joined once their line ends, so a long line
+    costs time linear in its length; an event over ``max_event_bytes`` raises ``EventTooLarge``.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_buf", "_data", "_data_bytes", "_parts", "_parts_bytes", "ignored_lines", "max_event_bytes")
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""
+        self._parts: list[bytes] = []  # reads of a line not ended yet
+        self._parts_bytes = 0
         self._data: list[bytes] = []
+        self._data_bytes = 0
+        self.max_event_bytes = max_event_bytes
         # lines that are neither data, a known field nor a comment (e.g. JSON sent without "data:")
         self.ignored_lines = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if b"\n" not in chunk and b"\r" not in chunk and not self._buf.endswith(b"\r"):
+            # the line goes on: keep the read, join once the line ends
+            if self._buf:
+                self._parts.append(self._buf)
+                self._parts_bytes += len(self._buf)
+                self._buf = b""
+            self._parts.append(chunk)
+            self._parts_bytes += len(chunk)
+            if self._parts_bytes + self._data_bytes > self.max_event_bytes:
+                raise EventTooLarge(f"an event of over {self.max_event_bytes >> 20} MiB")
+            return []
+        if self._parts:
+            chunk = b"".join([*self._parts, self._buf, chunk])
+            self._parts, self._parts_bytes, self._buf = [], 0, b""
         buf = self._buf + chunk if self._buf else chunk
         if b"\r" in buf:
             # hold back a trailing CR: it may be the first half of a CRLF split across reads
@@ -45,17 +75,22 @@ class SSEParser:
             self._line(buf[start:end], events)
             start = end + 1
         self._buf = buf[start:]
+        if len(self._buf) + self._data_bytes > self.max_event_bytes:
+            raise EventTooLarge(f"an event of over {self.max_event_bytes >> 20} MiB")
         return events
 
     def _line(self, line: bytes, events: list[bytes]) -> None:
         if not line:
             if self._data:
                 events.append(b"\n".join(self._data))
-                self._data = []
+                self._data, self._data_bytes = [], 0
             return
         if line.startswith(b"data:"):
             value = line[5:]
             self._data.append(value[1:] if value.startswith(b" ") else value)
+            self._data_bytes += len(value)
+            if self._data_bytes > self.max_event_bytes:
+                raise EventTooLarge(f"an event of over {self.max_event_bytes >> 20} MiB")
         elif line.startswith(b":"):
             return
         elif not line.startswith((b"event:", b"id:", b"retry:")):
@@ -64,12 +99,15 @@ class SSEParser:
     def finish(self) -> list[bytes]:
         """End of stream: a last event that lacked its blank line is still returned."""
         events: list[bytes] = []
+        if self._parts:
+            self._buf = b"".join([*self._parts, self._buf])
+            self._parts, self._parts_bytes = [], 0
         if self._buf:
             self._line(self._buf.rstrip(b"\r"), events)
             self._buf = b""
         if self._data:
             events.append(b"\n".join(self._data))
-            self._data = []
+            self._data, self._data_bytes = [], 0
         return events
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from loadgen.load.sse import DONE, MalformedChunk, SSEParser, parse_chunk
+from loadgen.load.sse import DONE, EventTooLarge, MalformedChunk, SSEParser, parse_chunk
 from loadgen.results.records import FailureClass, RequestRecord, TokenSource
 from loadgen.workload.payload import PreparedRequest
 
@@ -56,10 +56,16 @@ class StreamState:
         after that are only drained so the connection can be kept)."""
         if self.outcome is not None:
             return True
-        for data in self.parser.feed(raw):
+        try:
+            events = self.parser.feed(raw)
+        except EventTooLarge as exc:
+            events = []
+            self.done_ns = t
+            self.outcome = ("malformed", str(exc))
+        for data in events:
             if self._event(data, t):
                 return True
-        return False
+        return self.outcome is not None
 
     def end(self, t: int) -> Outcome:
         """The body ended at ``t``: the stream's outcome."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -114,3 +115,40 @@ def test_a_total_on_the_last_chunk_is_not_cumulative_usage() -> None:
         b'{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}',
     ])
     assert (tokens, total) == ([2, 1], 3)
+
+
+def test_an_event_over_the_cap_ends_the_request_as_malformed() -> None:
+    from loadgen.load.sse import EventTooLarge, SSEParser
+    from loadgen.load.stream import StreamState
+
+    parser = SSEParser(max_event_bytes=1000)
+    assert parser.feed(b"data: " + b"x" * 500) == []  # a line still going on, under the cap
+    with pytest.raises(EventTooLarge):
+        parser.feed(b"x" * 600)
+    # an endless line, fed in reads that never end it, stops at the cap instead of growing
+    parser = SSEParser(max_event_bytes=1000)
+    for _ in range(10):
+        parser.feed(b"y" * 100)
+    with pytest.raises(EventTooLarge):
+        parser.feed(b"y" * 100)
+    # many data lines of one event count together
+    parser = SSEParser(max_event_bytes=1000)
+    with pytest.raises(EventTooLarge):
+        parser.feed(b"data: " + b"z" * 600 + b"\ndata: " + b"z" * 600 + b"\n")
+    state = StreamState()
+    state.parser = SSEParser(max_event_bytes=1000)
+    state.sent_ns = 1
+    assert state.feed(b'data: {"choices":[{"text":"' + b"a" * 2000, 5) is True
+    assert state.outcome == ("malformed", "an event of over 0 MiB")
+
+
+def test_a_long_line_split_over_many_reads_is_one_event() -> None:
+    from loadgen.load.sse import SSEParser
+
+    parser = SSEParser()
+    body = b"data: " + b"q" * 100_000 + b"\r\n\r\ndata: next\r\n\r\n"
+    events: list[bytes] = []
+    for i in range(0, len(body), 777):
+        events += parser.feed(body[i:i + 777])
+    events += parser.finish()
+    assert events == [b"q" * 100_000, b"next"]
