@@ -42,6 +42,7 @@ from loadgen.results.rundir import (
     base_provenance,
     build_summary_from_dir,
     cell_summary,
+    claim,
     write_json,
 )
 from loadgen.results.summary import CellSummary, Summary
@@ -96,12 +97,17 @@ def execute(
     cells = expand_cells(scenario)
     lines = search_lines(scenario)
     check_models(scenario, scenario.name)
-    if resume:
-        provenance, finished = reopen(scenario, run_dir, retry_failed)
-    else:
-        provenance = base_provenance(scenario)
-        finished = set()
-    out = RunDirWriter(run_dir, resume=resume)
+    lock = claim(run_dir)  # before anything in the directory is read or changed
+    try:
+        if resume:
+            provenance, finished = reopen(scenario, run_dir, retry_failed)
+        else:
+            provenance = base_provenance(scenario)
+            finished = set()
+        out = RunDirWriter(run_dir, resume=resume, lock=lock)
+    except BaseException:
+        lock.unlink(missing_ok=True)
+        raise
     if not resume:
         out.write_scenario(scenario)
     out.write_provenance(provenance)

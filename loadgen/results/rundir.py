@@ -11,11 +11,13 @@
       report.md                the summary as Markdown tables
       server.log               the launched server's output (server-N.log, one per engine, in a matrix)
       records.set-aside.jsonl  records of cells a --resume measured again (kept, not counted)
+      run.lock                 while a run writes the directory: its process id (a second run is refused)
 """
 
 from __future__ import annotations
 
 import getpass
+import os
 import platform
 import socket
 import sys
@@ -175,16 +177,20 @@ class RunDirWriter:
     directory, then appends records and cell statuses as they come and rewrites the
     scenario, provenance, summary and report atomically whenever they change."""
 
-    def __init__(self, run_dir: Path, *, resume: bool = False) -> None:
-        if not resume and (run_dir / RECORDS).exists():
-            raise UsageError(
-                f"{run_dir}: already holds a run ({RECORDS}); choose another --out, remove it, "
-                "or continue it with --resume"
-            )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.run_dir = run_dir
-        self.records = RecordWriter(run_dir / RECORDS)
-        self.cells = CellStatusLog(run_dir)
+    def __init__(self, run_dir: Path, *, resume: bool = False, lock: Path | None = None) -> None:
+        self.lock = lock or claim(run_dir)
+        try:
+            if not resume and (run_dir / RECORDS).exists():
+                raise UsageError(
+                    f"{run_dir}: already holds a run ({RECORDS}); choose another --out, remove it, "
+                    "or continue it with --resume"
+                )
+            self.run_dir = run_dir
+            self.records = RecordWriter(run_dir / RECORDS)
+            self.cells = CellStatusLog(run_dir)
+        except BaseException:
+            self.lock.unlink(missing_ok=True)
+            raise
 
     def write_scenario(self, scenario: Scenario) -> None:
         (self.run_dir / SCENARIO).write_text(dump_scenario(scenario))
@@ -200,6 +206,54 @@ class RunDirWriter:
     def close(self) -> None:
         self.records.close()
         self.cells.close()
+        self.lock.unlink(missing_ok=True)
+
+
+LOCK = "run.lock"
+
+
+def claim(run_dir: Path) -> Path:
+    """Make the run directory and create ``run.lock`` in it (with this process's id)
+    exclusively: two runs never write one directory. A lock whose process is gone (a run
+    killed outright) is taken over."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"--out {run_dir}: is a file, not a directory; choose another --out")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {run_dir}: cannot create the run directory ({exc.strerror})") from None
+    lock = run_dir / LOCK
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or "0")
+            except (OSError, ValueError):
+                pid = 0
+            if pid > 0 and pid != os.getpid() and _alive(pid):
+                raise UsageError(
+                    f"{run_dir}: another run (pid {pid}) is writing this directory; choose another --out, "
+                    "or wait for it to end"
+                ) from None
+            lock.unlink(missing_ok=True)  # its run is gone: stale
+            continue
+        except OSError as exc:
+            raise UsageError(f"--out {run_dir}: cannot write there ({exc.strerror})") from None
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        return lock
+    raise UsageError(f"{run_dir}: could not claim the run directory ({LOCK} keeps reappearing)")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class CellStatusLog:

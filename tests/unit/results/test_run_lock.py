@@ -1,0 +1,37 @@
+"""One run writes a run directory at a time: the lock file, refused while its process lives."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadgen.errors import UsageError
+from loadgen.results.rundir import LOCK, RunDirWriter, claim
+
+
+def test_a_second_writer_is_refused_while_the_first_lives(tmp_path: Path) -> None:
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / LOCK).write_text(f"{other.pid}\n")
+        with pytest.raises(UsageError, match=rf"another run \(pid {other.pid}\) is writing this directory"):
+            RunDirWriter(tmp_path)
+    finally:
+        other.kill()
+        other.wait()
+    # its process is gone: the lock is stale and taken over
+    writer = RunDirWriter(tmp_path)
+    assert (tmp_path / LOCK).read_text().strip().isdigit()
+    writer.close()
+    assert not (tmp_path / LOCK).exists()
+
+
+def test_out_that_is_a_file_or_not_writable_is_one_line(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(UsageError, match="is a file, not a directory"):
+        claim(afile)
+    with pytest.raises(UsageError, match="cannot create the run directory"):
+        claim(afile / "below")
