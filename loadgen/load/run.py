@@ -8,7 +8,6 @@ Progress goes to an ``Observer``; nothing here prints.
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -50,7 +49,7 @@ from loadgen.scenario.matrix import Cell, expand_cells, search_lines
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.catalogue import check_models
 from loadgen.servers.cpus import pin, split_cores, usable_cores
-from loadgen.servers.launch import LaunchedServer, tail
+from loadgen.servers.launch import STOP_SIGNALS, LaunchedServer, hangup_interrupts, tail
 from loadgen.workload.payload import api_key
 from loadgen.workload.prompts import (
     RequestPool,
@@ -254,7 +253,7 @@ class _Run:
     ) -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, stop.set)
         point = todo.point
         first = todo.peek()
@@ -285,8 +284,9 @@ class _Run:
                     await self._cells(client, scraper, todo, server, model, calibration, desc, stop)
         finally:
             self.stop_requested = self.stop_requested or (stop.is_set() and self.abort_reason is None)
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
+            hangup_interrupts()  # asyncio put SIGHUP back to its default (exit without cleanup)
 
     async def _cells(
         self, client: StreamingClient, scraper: MetricsScraper, todo: CellQueue, server: LaunchedServer | None,

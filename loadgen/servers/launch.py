@@ -90,10 +90,31 @@ def sim_spec(serve: Serve) -> LaunchSpec:
     return LaunchSpec(argv, serve.host, port, ready_timeout_s=serve.ready_timeout_s or 60.0, name="sim")
 
 
+# what stops loadgen cleanly: Ctrl-C, SIGTERM, and SIGHUP (a closed terminal or a dropped SSH session)
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the engine's leader, before it runs: SIGTERM when loadgen dies, however it dies
+    (SIGKILL included), so that no engine outlives the loadgen that launched it (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def hangup_interrupts() -> None:
+    """SIGHUP interrupts as Ctrl-C does (KeyboardInterrupt: the run directory is finished, the
+    engine stopped), instead of ending the process on the spot (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGHUP, signal.default_int_handler)
+
+
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """While starting a server, SIGTERM raises ``Interrupted`` (as SIGINT raises KeyboardInterrupt),
-    so the half-started engine is stopped instead of orphaned."""
+    """While starting a server, SIGTERM and SIGHUP raise ``Interrupted`` (as SIGINT raises
+    KeyboardInterrupt), so the half-started engine is stopped instead of orphaned."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -101,11 +122,12 @@ def sigterm_interrupts() -> Iterator[None]:
     def raise_interrupted(signum: int, frame: FrameType | None) -> None:
         raise Interrupted(f"interrupted by signal {signum} while the server was starting")
 
-    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def group_members(pgid: int) -> list[int]:
@@ -150,6 +172,7 @@ class LaunchedServer:
                 self.proc = subprocess.Popen(
                     spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env, start_new_session=True,
+                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
                 )
             except OSError as exc:
                 raise LaunchError(f"{spec.name}: cannot start {spec.argv[0]!r}: {exc}") from exc
@@ -246,8 +269,8 @@ def serve_foreground(server: LaunchedServer, on_ready: Callable[[str, float], No
     stop = threading.Event()
     t = time.monotonic()
     try:
-        url = server.start()  # Ctrl-C or SIGTERM while starting stops the engine and exits 130
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        url = server.start()  # Ctrl-C, SIGTERM or SIGHUP while starting stops the engine and exits 130
+        for sig in STOP_SIGNALS:
             signal.signal(sig, lambda *_: stop.set())
         on_ready(url, time.monotonic() - t)
         while not stop.is_set() and server.proc is not None and server.proc.poll() is None:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -137,3 +138,24 @@ def test_engine_compare_on_cpu(llamacpp_built: None, vllm_cpu: None, tmp_path: P
             assert float(cols[4]) > 0
     # the run itself printed the comparison too
     assert REFERENCE_HEADERS.split(" |")[0] in proc.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL])
+def test_loadgen_serve_hung_up_or_killed_leaves_no_engine(tmp_path: Path, sig: signal.Signals) -> None:
+    port = free_port()
+    serve = popen("serve", "tiny", "--backend", "ctranslate2", "--quant", "int8", "--port", str(port),
+                  "--log", str(tmp_path / "engine.log"))
+    assert serve.stdout is not None
+    ready = serve.stdout.readline()
+    assert f"http://127.0.0.1:{port}/v1" in ready, (tmp_path / "engine.log").read_text()[-3000:]
+    engine = subprocess.run(["pgrep", "-f", f"ct2serve.*--port {port}"], capture_output=True, text=True)
+    pids = [int(p) for p in engine.stdout.split()]
+    assert pids
+    serve.send_signal(sig)
+    serve.communicate(timeout=60)
+    if sig == signal.SIGHUP:
+        assert serve.returncode == 0  # stopped as Ctrl-C stops it
+    deadline = time.monotonic() + 30
+    while any(live_group_members(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in pids if live_group_members(p)] == []
