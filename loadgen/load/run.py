@@ -92,6 +92,9 @@ def execute(
             "target.base_url -> no server to measure; give --base-url, target.base_url "
             "or a serve: block"
         )
+    if base_url is not None and base_url != scenario.target.base_url:
+        # the server measured is the one on record (scenario.resolved.yaml, each cell's server)
+        scenario = scenario.model_copy(update={"target": scenario.target.model_copy(update={"base_url": base_url})})
     scenario = with_run_seed(scenario, run_dir if resume else None, obs)
     cells = expand_cells(scenario)
     lines = search_lines(scenario)

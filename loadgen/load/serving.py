@@ -18,6 +18,7 @@ from loadgen.errors import UsageError
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import PROVENANCE, write_json
 from loadgen.scenario.matrix import Cell
+from loadgen.scenario.redact import redact_url
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.commands import launch_spec
 from loadgen.servers.cpus import cores_text, listener_cores, pin, split_cores, usable_cores
@@ -122,7 +123,8 @@ def describe_server(point: Scenario, info: dict[str, Any]) -> dict[str, Any]:
     """What a table needs to know of a cell's server: engine, model, quantization, GPUs, setting."""
     serve = point.serve
     if serve is None:
-        return {"backend": None, "base_url": point.target.base_url, "launched": False}
+        url = point.target.base_url
+        return {"backend": None, "base_url": url and redact_url(url), "launched": False}
     out: dict[str, Any] = {
         "backend": serve.engine, "model": serve.model, "quant": serve.quant or "bf16",
         "setting": serve.setting, "launched": True, "tp": serve.tp or 1, "attn": serve.attn,

@@ -45,7 +45,7 @@ from loadgen.results.records import RecordWriter, RequestRecord, read_records
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, expand_cells, search_lines
-from loadgen.scenario.redact import dump_scenario, redact_argv
+from loadgen.scenario.redact import dump_scenario, redact_argv, redact_labels
 from loadgen.scenario.schema import Scenario
 
 RECORDS = "records.jsonl"
@@ -149,7 +149,7 @@ def assemble_summary(
     scenario: Scenario, cells: list[CellSummary], *, model: str | None, interrupted: bool, aborted: str | None = None
 ) -> Summary:
     capacity = tuple(
-        capacity_of(line.index, line.search, {**dict(line.labels), "input_tokens": line.input_tokens,
+        capacity_of(line.index, line.search, {**redact_labels(dict(line.labels)), "input_tokens": line.input_tokens,
                                               "output_tokens": line.output_tokens},
                     [c for c in cells if c.probe is not None and c.probe["search"] == line.index])
         for line in search_lines(scenario)

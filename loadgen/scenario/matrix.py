@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from loadgen.errors import ScenarioError
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
+from loadgen.scenario.redact import redact_labels
 from loadgen.scenario.schema import AXES, Matrix, Scenario
 from loadgen.scenario.shapes import Search
 
@@ -53,7 +54,7 @@ class Cell:
                 out["workload"] = w.source
             elif w.multi_turn is not None:
                 out["workload"] = f"multi-turn x{w.multi_turn.turns}"
-        for axis, value in self.labels:
+        for axis, value in redact_labels(dict(self.labels)).items():
             out.setdefault(axis, value)
         return out
 

@@ -1,35 +1,80 @@
-"""Credentials never reach the run directory: header values and URL passwords are redacted
-wherever a scenario or a command line is written down."""
+"""Credentials never reach the run directory: every header value and the user information of
+every URL are redacted wherever a scenario, a command line or a URL is written down (one
+module, used by every writer)."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import yaml
 
 from loadgen.scenario.schema import Scenario
 
-SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie|password", re.I)
 REDACTED = "<redacted>"
+# scheme://user:password@host -> scheme://<redacted>@host
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+
+
+def redact_url(text: str) -> str:
+    """A URL (or any text holding URLs) without the user and password parts."""
+    return _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+
+
+def is_header_key(key: str) -> bool:
+    """A dotted scenario key that sets a request header (``target.headers.X``) or all of them."""
+    parts = key.split(".")
+    return "headers" in parts
+
+
+def redact_labels(labels: dict[str, Any]) -> dict[str, Any]:
+    """Matrix values by axis, a header axis's value redacted."""
+    return {k: (REDACTED if is_header_key(k) else v) for k, v in labels.items()}
+
+
+def _redact_data(data: dict[str, Any]) -> dict[str, Any]:
+    target = data.get("target") or {}
+    for name in target.get("headers") or {}:
+        target["headers"][name] = REDACTED
+    if isinstance(target.get("base_url"), str):
+        target["base_url"] = redact_url(target["base_url"])
+    matrix = data.get("matrix")
+    for block in matrix if isinstance(matrix, list) else [matrix] if isinstance(matrix, dict) else []:
+        axes = block.get("axes") or {}
+        for axis in axes:
+            if is_header_key(axis):
+                axes[axis] = [REDACTED for _ in axes[axis]]
+        for rule in block.get("overrides") or []:
+            for key in list(rule.get("set") or {}):
+                if is_header_key(key):
+                    rule["set"][key] = REDACTED
+    return data
 
 
 def dump_scenario(scenario: Scenario) -> str:
-    """The scenario as resolved (defaults filled in), as YAML; header values that carry
-    credentials are written as <redacted> (keys belong in the variable target.api_key_env names)."""
-    data = scenario.model_dump(mode="json")
-    headers = data["target"]["headers"]
-    for name in headers:
-        if SECRET_HEADER.search(name):
-            headers[name] = REDACTED
-    return yaml.safe_dump(data, sort_keys=False)
+    """The scenario as resolved (defaults filled in), as YAML, every header value and URL
+    password redacted (keys belong in the variable target.api_key_env names)."""
+    return yaml.safe_dump(_redact_data(scenario.model_dump(mode="json")), sort_keys=False)
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """A command line with the values of credential headers given by --set replaced."""
+    """A command line with header values given by --set (either form), whole header mappings,
+    and URL passwords replaced."""
     out = []
+    pending_set = False
     for arg in argv:
-        key, sep, _ = arg.partition("=")
-        if sep and ".headers." in key and SECRET_HEADER.search(key.rsplit(".", 1)[-1]):
-            arg = f"{key}={REDACTED}"
-        out.append(arg)
+        text = arg
+        if arg.startswith("--set="):
+            text = "--set=" + _redact_set(arg[len("--set="):])
+        elif pending_set:
+            text = _redact_set(arg)
+        pending_set = arg == "--set"
+        out.append(redact_url(text))
     return out
+
+
+def _redact_set(value: str) -> str:
+    key, sep, _ = value.partition("=")
+    if sep and is_header_key(key.strip()):
+        return f"{key}={REDACTED}"
+    return value

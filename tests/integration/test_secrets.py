@@ -57,3 +57,26 @@ def test_the_api_key_is_used_and_never_written(tmp_path: Path) -> None:
     assert key not in proc.stderr
     assert wrong not in proc.stderr
     assert wrong.encode() not in everything_written(tmp_path / "wrong")
+
+
+def test_secrets_given_every_way_are_written_nowhere(start_sim: object, tmp_path: Path) -> None:
+    base_url = start_sim()  # type: ignore[operator]
+    s = [f"s{i}-{secrets.token_hex(12)}" for i in range(5)]
+    user_url = base_url.replace("http://", f"http://user:{s[0]}@")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "secrets-everywhere",
+        "target": {"headers": {"X-Custom": s[1]}},
+        "workload": {"num_prompts": 2, "input_tokens": 8, "output_tokens": 4},
+        "matrix": {"target.headers.Authorization": [f"Bearer {s[2]}"]},
+    }))
+    out = tmp_path / "run"
+    proc = run(path, out, {}, "--base-url", user_url, f"--set=target.headers.X-Trace={s[3]}",
+               "--set", f"target.headers.X-Other={s[4]}")
+    assert proc.returncode == 0, proc.stderr
+    written = everything_written(out)
+    for secret in s:
+        assert secret.encode() not in written, secret
+        assert secret not in proc.stdout + proc.stderr
+    # the server measured is on record, without its password
+    assert b"<redacted>@127.0.0.1" in (out / "scenario.resolved.yaml").read_bytes()
