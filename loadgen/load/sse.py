@@ -22,6 +22,10 @@ class EventTooLarge(ValueError):
     """One event (or one line still without its end) grew past ``MAX_EVENT_BYTES``."""
 
 
+# no request produces more tokens than this: a larger count in usage is not believed
+MAX_USAGE_TOKENS = 1 << 30
+
+
 class SSEParser:
     """Incremental parser: ``feed(bytes)`` returns the ``data`` payloads of completed events.
 
@@ -131,6 +135,10 @@ class MalformedChunk(ValueError):
     pass
 
 
+class InvalidUsage(MalformedChunk):
+    """Usage with impossible token counts (negative, not an integer, beyond any request)."""
+
+
 def parse_chunk(data: bytes) -> Chunk:
     """Read a completions or chat chunk; raises ``MalformedChunk`` for anything else."""
     try:
@@ -168,6 +176,10 @@ def parse_chunk(data: bytes) -> Chunk:
     if isinstance(usage, dict):
         completion = usage.get("completion_tokens")
         prompt = usage.get("prompt_tokens")
+        for name, value in (("completion_tokens", completion), ("prompt_tokens", prompt)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 <= value <= MAX_USAGE_TOKENS):
+                raise InvalidUsage(f"usage.{name} is {value!r}")
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
             cached = details["cached_tokens"]

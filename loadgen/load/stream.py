@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from loadgen.load.sse import DONE, EventTooLarge, MalformedChunk, SSEParser, parse_chunk
+from loadgen.load.sse import DONE, EventTooLarge, InvalidUsage, MalformedChunk, SSEParser, parse_chunk
 from loadgen.results.records import FailureClass, RequestRecord, TokenSource
 from loadgen.workload.payload import PreparedRequest
 
@@ -100,6 +100,8 @@ class StreamState:
     def _on_chunk(self, data: bytes, t: int) -> tuple[FailureClass, str] | None:
         try:
             chunk = parse_chunk(data)
+        except InvalidUsage as exc:
+            return "usage_invalid", str(exc)
         except MalformedChunk as exc:
             return "malformed", str(exc)
         if chunk.error is not None:

@@ -24,6 +24,7 @@ FailureClass = Literal[
     "stream_cut",  # the body ended or broke before the stream was complete
     "malformed",  # a chunk that is not the JSON an OpenAI-compatible server sends
     "stream_error",  # an error object sent inside a 200 stream
+    "usage_invalid",  # usage with impossible token counts (negative, not a number, absurd)
     "cancelled",  # the run was stopped (Ctrl-C, SIGTERM, abort) while it was in flight
 ]
 

@@ -152,3 +152,16 @@ def test_a_long_line_split_over_many_reads_is_one_event() -> None:
         events += parser.feed(body[i:i + 777])
     events += parser.finish()
     assert events == [b"q" * 100_000, b"next"]
+
+
+def test_impossible_usage_is_not_believed() -> None:
+    from loadgen.load.stream import StreamState
+
+    for usage in (b'{"completion_tokens":-21514,"prompt_tokens":7}', b'{"completion_tokens":3,"prompt_tokens":-1}',
+                  b'{"completion_tokens":"3","prompt_tokens":7}', b'{"completion_tokens":99999999999,"prompt_tokens":7}'):
+        state = StreamState()
+        state.sent_ns = 1
+        state.feed(b'data: {"choices":[{"text":" a","index":0}]}\n\ndata: {"choices":[],"usage":' + usage
+                   + b"}\n\ndata: [DONE]\n\n", 5)
+        assert state.outcome is not None
+        assert state.outcome[0] == "usage_invalid", usage
