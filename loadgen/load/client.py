@@ -76,6 +76,7 @@ class _Connection(asyncio.Protocol):
         self._stats = stats
         self._t = 0
         self._until_close = False
+        self._html = False  # the answer says it is a web page, not an event stream
         self._starve_s = starve_s
 
     # asyncio callbacks
@@ -129,12 +130,17 @@ class _Connection(asyncio.Protocol):
             return
         status = self._parser.get_status_code()
         ex.st.status = status
-        if status >= 400 or ex.collect:
+        # a stream is a 200 of events: an error status, another 2xx (204 No Content...) or a
+        # web page (a proxy's or a login page) is read whole and classed, never parsed as SSE
+        if status >= 400 or ex.collect or status != 200 or self._html:
             ex.body = []
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"transfer-encoding" or name.lower() == b"content-length":
+        lower = name.lower()
+        if lower == b"transfer-encoding" or lower == b"content-length":
             self._until_close = False
+        elif lower == b"content-type" and value.lower().startswith(b"text/html"):
+            self._html = True
 
     def on_body(self, body: bytes) -> None:
         ex = self.ex
@@ -155,8 +161,13 @@ class _Connection(asyncio.Protocol):
         self.reusable = self._parser.should_keep_alive()
         if ex is None or ex.done.done():
             return
-        if ex.body is not None and (ex.st.status or 0) >= 400:
+        status = ex.st.status or 0
+        if ex.body is not None and status >= 400:
             ex.done.set_result(("http_status", error_snippet(b"".join(ex.body))))
+        elif ex.body is not None and not ex.collect and status != 200:
+            ex.done.set_result(("http_status", f"HTTP {status} where a stream was expected"))
+        elif ex.body is not None and not ex.collect:
+            ex.done.set_result(("malformed", "a web page (text/html) where an event stream was expected"))
         elif ex.body is not None:
             ex.done.set_result((None, None))
         else:
@@ -167,6 +178,7 @@ class _Connection(asyncio.Protocol):
         self.ex = ex
         self.reusable = False
         self._until_close = True  # until a length or chunked encoding says otherwise
+        self._html = False
         self._parser = httptools.HttpResponseParser(self)
         assert self.transport is not None
         ex.st.sent_ns = ex.last_ns = time.perf_counter_ns()
