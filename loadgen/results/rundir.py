@@ -19,6 +19,7 @@ from __future__ import annotations
 import getpass
 import os
 import platform
+import re
 import socket
 import sys
 from collections import defaultdict
@@ -61,8 +62,16 @@ CACHE_HIT_WARN = 0.05
 
 
 def default_run_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
+    """``runs/NAME-TIME``, the name reduced to a file name's safe characters (a name such as
+    ``../../x`` never leads out of ``runs/``)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return root / f"{scenario.name}-{stamp}"
+    return root / f"{safe_name(scenario.name)}-{stamp}"
+
+
+def safe_name(name: str) -> str:
+    """Letters, digits, ``.``, ``_`` and ``-``; anything else becomes ``_``; no leading dots."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".")[:100]
+    return cleaned or "run"
 
 
 def base_provenance(scenario: Scenario) -> dict[str, Any]:

@@ -35,3 +35,13 @@ def test_out_that_is_a_file_or_not_writable_is_one_line(tmp_path: Path) -> None:
         claim(afile)
     with pytest.raises(UsageError, match="cannot create the run directory"):
         claim(afile / "below")
+
+
+def test_a_scenario_name_never_leads_out_of_runs() -> None:
+    from loadgen.results.rundir import default_run_dir
+    from loadgen.scenario.loader import parse_scenario
+
+    for name, stem in (("../../x", "_.._x"), ("a b/c", "a_b_c"), ("...", "run"), ("ok-1.2_x", "ok-1.2_x")):
+        path = default_run_dir(parse_scenario({"name": name}), Path("runs"))
+        assert path.parent == Path("runs")
+        assert path.name.startswith(stem + "-")
