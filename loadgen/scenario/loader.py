@@ -18,6 +18,7 @@ from loadgen.errors import ScenarioError
 from loadgen.scenario.matrix import expand_cells
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
 from loadgen.scenario.schema import AXES, SERVE_LIST_KEYS, PromptFile, Scenario, Workload
+from loadgen.scenario.yamlread import ScenarioYAMLError, read_yaml
 
 
 def _serve_lists_to_matrix(data: dict[str, Any]) -> dict[str, Any]:
@@ -68,12 +69,18 @@ def load_scenario(path: Path | str, overrides: list[str] | None = None) -> Scena
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read scenario file ({exc.strerror})") from exc
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not a text file (a scenario is YAML in UTF-8)") from None
     try:
-        data = yaml.safe_load(text)
+        data = read_yaml(text)
+    except ScenarioYAMLError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ScenarioError(f"{path}: not valid YAML{where}") from exc
+    if data is None:
+        raise ScenarioError(f"{path}: the file is empty; a scenario needs at least target.base_url or serve:")
     scenario = parse_scenario(data, str(path), overrides)
     scenario = scenario.model_copy(update={"workload": resolve_files(scenario.workload, path)})
     expand_cells(scenario, source=str(path))  # a matrix point that is not valid fails here, not mid-run

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from loadgen.errors import ScenarioError, UsageError
 from loadgen.scenario.schema import Scenario
+from loadgen.scenario.yamlread import ScenarioYAMLError, read_yaml
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -17,7 +18,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ScenarioError(f"--set {text!r}: expected dotted.key=value, e.g. load.concurrency=64")
-    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+    try:
+        value = read_yaml(raw) if raw.strip() else None
+    except (yaml.YAMLError, ScenarioYAMLError):
+        raise ScenarioError(
+            f"--set {key.strip()}: the value is not YAML; quote text (e.g. --set 'name=\"a: b\"')"
+        ) from None
+    return key.strip().split("."), value
 
 
 def apply_overrides(
@@ -62,7 +69,8 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
             allowed = _allowed_keys(loc)
             msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
         elif err["type"] not in ("value_error",) and "input" in err:
-            msg = f"{msg} (got {err['input']!r})"
+            shown = repr(err["input"])
+            msg = f"{msg} (got {shown[:120] + ' ...' if len(shown) > 120 else shown})"
         parts.append(f"{field} -> {msg}")
     return f"{source}: " + "; ".join(parts)
 

@@ -6,12 +6,12 @@ expands its matrix and sweeps into cells.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PlainSerializer,
     PlainValidator,
@@ -27,6 +27,7 @@ from loadgen.scenario.shapes import (
     Search,
     SharedPrefix,
     Stage,
+    StrictModel,
     Trace,
 )
 
@@ -43,7 +44,7 @@ def _sweep(value: Any, *, kind: type, allow: tuple[Any, ...] = ()) -> tuple[Any,
         if v in allow:
             out.append(v)
             continue
-        if isinstance(v, bool) or not isinstance(v, int | float):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
             raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
         if kind is int and not float(v).is_integer():
             raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
@@ -73,8 +74,8 @@ RateSweep = Annotated[
 
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Model(StrictModel):
+    pass
 
 
 class Timeouts(_Model):
@@ -106,6 +107,14 @@ class Target(_Model):
         url = self.base_url
         if url is not None and not url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https:// (got {url!r})")
+        if url is not None:
+            try:
+                parts = urlsplit(url)
+                parts.port  # noqa: B018 - raises for a port out of range
+            except ValueError:
+                raise ValueError(f"base_url {url!r}: the port must be a number from 1 to 65535") from None
+            if not parts.hostname:
+                raise ValueError(f"base_url {url!r}: no host; e.g. http://127.0.0.1:8000/v1")
         return self
 
 
@@ -128,7 +137,7 @@ class PromptFile(_Model):
 
 
 class Workload(_Model):
-    num_prompts: int = Field(200, gt=0)
+    num_prompts: int = Field(200, gt=0, le=10_000_000)
     input_tokens: IntSweep = (128,)
     output_tokens: IntSweep = (64,)
     ignore_eos: bool = True

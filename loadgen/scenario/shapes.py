@@ -3,14 +3,38 @@ sessions, traces, ramp-up and stages (re-exported by ``loadgen.scenario.schema``
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
-class _Model(BaseModel):
+def _admits_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_admits_bool(a) for a in get_args(annotation) if not isinstance(a, str | int | float))
+
+
+class StrictModel(BaseModel):
+    """Unknown keys refused; ``true`` is not a number and ``.nan`` / ``.inf`` are not values."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and not _admits_bool(field.annotation):
+                raise ValueError(f"expected a number or text, not {str(value).lower()}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("must be a finite number (not .nan or .inf)")
+        return value
+
+
+class _Model(StrictModel):
+    pass
 
 
 class Lengths(_Model):
