@@ -31,6 +31,7 @@ import httptools
 import httpx
 
 from loadgen import __version__
+from loadgen.load.limits import CLIENT_ERRNOS
 from loadgen.load.stream import Outcome, StreamState, error_snippet
 from loadgen.results.records import FailureClass, RequestRecord
 from loadgen.scenario.schema import Target
@@ -413,7 +414,9 @@ class StreamingClient:
                 except TimeoutError:
                     error, detail = "timeout", f"connect (no connection in {self._connect_s} s)"
                 except OSError as exc:
-                    error, detail = "connect", str(exc) or type(exc).__name__
+                    # out of descriptors or buffers is the client's own failure, not the server's
+                    error = "client" if exc.errno in CLIENT_ERRNOS else "connect"
+                    detail = str(exc) or type(exc).__name__
             if conn is not None:
                 sent = st.sent_ns
                 conn.begin(ex, self._head + b"%d\r\n\r\n" % len(req.body) + req.body)

@@ -17,6 +17,7 @@ from typing import Any
 from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.load.cell import AbortRule, calibrate, measure_window, warmup
 from loadgen.load.client import StreamingClient
+from loadgen.load.limits import connections_needed, ensure_fd_limit
 from loadgen.load.prepare import Observer, QuietObserver, RunResult, reopen, resolve_model, with_run_seed
 from loadgen.load.probes import GpuSampler, MetricsScraper
 from loadgen.load.search import CellQueue, ProbeWatch, make_queues, probe_watch
@@ -99,6 +100,7 @@ def execute(
     cells = expand_cells(scenario)
     lines = search_lines(scenario)
     check_models(scenario, scenario.name)
+    ensure_fd_limit(connections_needed(cells, lines))
     lock = claim(run_dir)  # before anything in the directory is read or changed
     try:
         if resume:

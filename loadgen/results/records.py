@@ -20,6 +20,7 @@ FailureClass = Literal[
     "http_status",  # the server answered with status >= 400
     "timeout",  # connect, first-token, between-tokens or total timeout
     "connect",  # connection refused / could not be opened
+    "client",  # the client itself ran out (open files, buffers) before the request left
     "reset",  # connection closed or reset before the response headers
     "stream_cut",  # the body ended or broke before the stream was complete
     "malformed",  # a chunk that is not the JSON an OpenAI-compatible server sends

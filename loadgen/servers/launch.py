@@ -225,6 +225,7 @@ class LaunchedServer:
         proc = self.proc
         if proc is None:
             return None
+        deadline = time.monotonic() + self.grace_s
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -232,7 +233,11 @@ class LaunchedServer:
                 proc.wait(self.grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        # the leader may be gone while children of the group live on
+        # the leader may be gone while children of the group are still cleaning up (vLLM's
+        # resource tracker unlinks its shared memory in /dev/shm last): they get the rest of
+        # the grace period before the group is killed
+        while group_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
