@@ -16,7 +16,15 @@ from loadgen.errors import TargetError, UsageError
 from loadgen.load.client import StreamingClient
 from loadgen.load.target import pick_model
 from loadgen.results.records import RequestRecord
-from loadgen.results.rundir import CELLS, PROVENANCE, SCENARIO, read_cell_status, set_aside_records, stored_seed
+from loadgen.results.rundir import (
+    CELLS,
+    PROVENANCE,
+    SCENARIO,
+    read_cell_status,
+    read_json,
+    set_aside_records,
+    stored_seed,
+)
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.redact import dump_scenario
@@ -87,7 +95,7 @@ def reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[dict[
     with (run_dir / CELLS).open("ab") as f:
         f.writelines(orjson.dumps({"cell": i, "status": "set-aside"}) + b"\n"
                      for i, s in sorted(statuses.items()) if i not in finished and s["status"] != "set-aside")
-    provenance: dict[str, Any] = orjson.loads((run_dir / PROVENANCE).read_bytes())
+    provenance: dict[str, Any] = read_json(run_dir / PROVENANCE)
     provenance.setdefault("resumed_wall", []).append(datetime.now(UTC).isoformat())
     return provenance, finished
 

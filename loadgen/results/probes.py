@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from loadgen.errors import RunDirError
+
 PROBES = "probes.jsonl"
 GIB = float(1 << 30)
 
@@ -215,11 +217,14 @@ def read_probes(path: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
     if not path.is_file():
         return out
     with path.open("rb") as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             if not line.endswith(b"\n"):
                 break
-            s = orjson.loads(line)
-            out.setdefault(s["cell"], {}).setdefault(s["probe"], []).append(s)
+            try:
+                s = orjson.loads(line)
+                out.setdefault(s["cell"], {}).setdefault(s["probe"], []).append(s)
+            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                raise RunDirError(f"{path}: line {n} is not a probe sample ({exc})") from None
     return out
 
 

@@ -284,11 +284,22 @@ def read_cell_status(run_dir: Path) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     path = run_dir / CELLS
     if path.is_file():
-        for line in path.read_bytes().splitlines(keepends=True):
+        for n, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
             if line.endswith(b"\n"):
-                entry = orjson.loads(line)
-                out[entry["cell"]] = entry
+                try:
+                    entry = orjson.loads(line)
+                    out[int(entry["cell"])] = entry
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                    raise RunDirError(f"{path}: line {n} is not a cell status ({exc})") from None
     return out
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file of the run directory, or a one-line error naming it."""
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise RunDirError(f"{path}: not valid JSON ({exc}); restore it, or remove it to re-derive it") from None
 
 
 def set_aside_records(run_dir: Path, keep: set[int]) -> None:
@@ -333,10 +344,12 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
         entries.append(cell_summary(scenario, cell, by_cell.get(cell.index, []), status, probes.get(cell.index, {})))
     provenance: dict[str, Any] = {}
     if (run_dir / PROVENANCE).is_file():
-        provenance = orjson.loads((run_dir / PROVENANCE).read_bytes())
+        provenance = read_json(run_dir / PROVENANCE)
     stored: dict[str, Any] = {}
     if (run_dir / SUMMARY).is_file():
-        stored = orjson.loads((run_dir / SUMMARY).read_bytes())
+        stored = read_json(run_dir / SUMMARY)
+    if not isinstance(provenance, dict) or not isinstance(stored, dict):
+        raise RunDirError(f"{run_dir}: provenance.json and summary.json must hold JSON objects")
     return assemble_summary(
         scenario, entries, model=provenance.get("model", stored.get("model")),
         interrupted=bool(stored.get("interrupted", False)), aborted=stored.get("aborted") or None,

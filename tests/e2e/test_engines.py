@@ -369,3 +369,34 @@ def test_quick_start_as_the_readme_runs_it(tmp_path: Path) -> None:
     assert "client-bound" not in proc.stderr
     assert "client-starved" not in proc.stderr
     assert_exact_usage(run_dir, 128, 64, 64)
+
+
+def _shm() -> set[str]:
+    try:
+        return {p.name for p in Path("/dev/shm").iterdir()}
+    except OSError:
+        return set()
+
+
+@pytest.mark.usefixtures("vllm_cpu")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stopped_vllm_engine_leaves_nothing_behind(tmp_path: Path, sig: signal.Signals) -> None:
+    """Stopped by SIGTERM or a hangup of `loadgen serve`: no process of its group and nothing
+    new in /dev/shm (vLLM's shared memory and semaphores are cleaned up before the group dies)."""
+    before = _shm()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve = popen("serve", "tiny", "--port", str(port), "--log", str(tmp_path / "vllm.log"))
+    assert serve.stdout is not None
+    line = serve.stdout.readline()
+    assert f"http://127.0.0.1:{port}/v1" in line, (tmp_path / "vllm.log").read_text()[-3000:]
+    leader = subprocess.run(["pgrep", "-f", f"vllm.entrypoints.openai.api_server.*--port {port}"],
+                            capture_output=True, text=True).stdout.split()
+    assert leader
+    serve.send_signal(sig)
+    serve.communicate(timeout=120)
+    assert serve.returncode == 0
+    assert all(live_group_members(int(p)) == [] for p in leader)
+    left = sorted(_shm() - before)
+    assert left == [], left

@@ -45,3 +45,22 @@ def test_a_scenario_name_never_leads_out_of_runs() -> None:
         path = default_run_dir(parse_scenario({"name": name}), Path("runs"))
         assert path.parent == Path("runs")
         assert path.name.startswith(stem + "-")
+
+
+@pytest.mark.parametrize(("name", "garbage", "message"), [
+    ("provenance.json", b"{bad json", "provenance.json: not valid JSON"),
+    ("summary.json", b"{bad", "summary.json: not valid JSON"),
+    ("cells.jsonl", b'{"cell": 0, "status"\n', "cells.jsonl: line 1 is not a cell status"),
+    ("probes.jsonl", b'{"cell": 0}\n', "probes.jsonl: line 1 is not a probe sample"),
+])
+def test_report_on_a_corrupt_file_names_it(tmp_path: Path, name: str, garbage: bytes, message: str) -> None:
+    from loadgen.errors import RunDirError
+    from loadgen.results.rundir import SCENARIO, rebuild_summary
+    from loadgen.scenario.loader import parse_scenario
+    from loadgen.scenario.redact import dump_scenario
+
+    (tmp_path / SCENARIO).write_text(dump_scenario(parse_scenario({"name": "x"})))
+    (tmp_path / "records.jsonl").write_bytes(b"")
+    (tmp_path / name).write_bytes(garbage)
+    with pytest.raises(RunDirError, match=message):
+        rebuild_summary(tmp_path)
