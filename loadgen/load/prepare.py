@@ -4,6 +4,7 @@ directory it continues, the model it sends; and what it tells its front end as i
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ import orjson
 
 from loadgen.errors import TargetError, UsageError
 from loadgen.load.client import StreamingClient
-from loadgen.load.target import pick_model
+from loadgen.load.target import pick_model, token_counter
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import (
     CELLS,
@@ -29,6 +30,7 @@ from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.redact import dump_scenario
 from loadgen.scenario.schema import Scenario
+from loadgen.workload.prompts import Sources, read_sources
 
 
 class Observer(Protocol):
@@ -116,3 +118,22 @@ async def resolve_model(
         return wanted
     provenance["server_models"] = models
     return pick_model(models, wanted, f"{base_url}/models")
+
+
+def read_all_sources(points: list[Scenario], seed: int, message: Callable[[str], None]) -> dict[str, Sources]:
+    """Every dataset and trace the run's points name, read once per distinct workload (what
+    was skipped is said), before anything is launched or written."""
+    out: dict[str, Sources] = {}
+    for point in points:
+        w = point.workload
+        key = w.model_dump_json()
+        if w.source == "generated" or key in out:
+            continue
+        counter = None
+        if w.source in ("sharegpt", "hf"):
+            counter, how = token_counter(point)
+            message(f"dataset lengths counted {how}")
+        out[key] = read_sources(point, seed, counter)
+        for note in out[key].notes:
+            message(f"dataset: {note}")
+    return out

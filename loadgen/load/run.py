@@ -18,7 +18,15 @@ from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, Target
 from loadgen.load.cell import AbortRule, calibrate, measure_window, warmup
 from loadgen.load.client import StreamingClient
 from loadgen.load.limits import connections_needed, ensure_fd_limit
-from loadgen.load.prepare import Observer, QuietObserver, RunResult, reopen, resolve_model, with_run_seed
+from loadgen.load.prepare import (
+    Observer,
+    QuietObserver,
+    RunResult,
+    read_all_sources,
+    reopen,
+    resolve_model,
+    with_run_seed,
+)
 from loadgen.load.probes import GpuSampler, MetricsScraper
 from loadgen.load.search import CellQueue, ProbeWatch, make_queues, probe_watch
 from loadgen.load.serving import (
@@ -30,7 +38,7 @@ from loadgen.load.serving import (
     place_client,
     serve_key,
 )
-from loadgen.load.target import model_context, refused_params, token_counter, too_long
+from loadgen.load.target import model_context, refused_params, too_long
 from loadgen.results.probes import PROBES, ProbeLog
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import (
@@ -59,7 +67,6 @@ from loadgen.workload.prompts import (
     TextCalibration,
     needs_calibration,
     prepare_requests,
-    read_sources,
 )
 
 __all__ = ["Observer", "QuietObserver", "RunResult", "execute"]
@@ -101,6 +108,9 @@ def execute(
     lines = search_lines(scenario)
     check_models(scenario, scenario.name)
     ensure_fd_limit(connections_needed(cells, lines))
+    # datasets and traces are read (and checked) before the run directory is touched
+    sources = read_all_sources([c.point for c in cells if c.point] + [line.point for line in lines],
+                               scenario.seed or 0, obs.message)
     lock = claim(run_dir)  # before anything in the directory is read or changed
     try:
         if resume:
@@ -122,6 +132,7 @@ def execute(
     # the cell and goes on (a dead engine is replaced for the next cells)
     plain = n_groups == 1 and not scenario.matrix_blocks
     run = _Run(scenario, out, provenance, obs, render_report, len(cells), plain=plain)
+    run.sources = sources
     queues = make_queues(cells, lines, finished, list(run.entries.values()), launched=launched)
     try:
         for n, queue in enumerate(queues):
@@ -169,7 +180,7 @@ class _Run:
         # a plain run (one engine, no matrix) stops at bad input; a matrix fails the cell and goes on
         self.plain = plain
         self.context: int | None = None  # the served model's context length, when the server says
-        self.sources: dict[str, Sources] = {}  # datasets and traces read, by workload
+        self.sources: dict[str, Sources] = {}  # datasets and traces read (before the run), by workload
         # request fields the server refused (sent no more once it did)
         self.flags: dict[str, bool | None] = {"ignore_eos": None, "min_tokens": None}
         # (how it exited, its log, the cell it died in) of the last engine that died mid-cell
@@ -429,20 +440,9 @@ class _Run:
         await measured_window()
 
     def _sources(self, point: Scenario) -> Sources | None:
-        """The cell's dataset or trace, read once per distinct workload; what was skipped is said."""
+        """The cell's dataset or trace (read before the run began)."""
         w = point.workload
-        if w.source == "generated":
-            return None
-        key = w.model_dump_json()
-        if key not in self.sources:
-            counter = None
-            if w.source in ("sharegpt", "hf"):
-                counter, how = token_counter(point)
-                self.obs.message(f"dataset lengths counted {how}")
-            self.sources[key] = read_sources(point, self.seed, counter)
-            for note in self.sources[key].notes:
-                self.obs.message(f"dataset: {note}")
-        return self.sources[key]
+        return None if w.source == "generated" else self.sources[w.model_dump_json()]
 
     def close(self) -> None:
         self.out.close()

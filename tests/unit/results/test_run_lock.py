@@ -64,3 +64,18 @@ def test_report_on_a_corrupt_file_names_it(tmp_path: Path, name: str, garbage: b
     (tmp_path / name).write_bytes(garbage)
     with pytest.raises(RunDirError, match=message):
         rebuild_summary(tmp_path)
+
+
+def test_a_bad_dataset_is_refused_before_the_run_directory_exists(tmp_path: Path) -> None:
+    from loadgen.errors import ScenarioError
+    from loadgen.load.run import execute
+    from loadgen.scenario.loader import load_scenario
+
+    (tmp_path / "bad.jsonl").write_text('{"prompt_token_ids": [1, -5]}\n')
+    (tmp_path / "s.yaml").write_text(
+        "target: {base_url: 'http://127.0.0.1:9/v1', model: m}\n"
+        "workload: {dataset: {kind: jsonl, path: bad.jsonl}, num_prompts: 1}\n"
+    )
+    with pytest.raises(ScenarioError, match="bad.jsonl: line 1: prompt_token_ids must be a non-empty list"):
+        execute(load_scenario(tmp_path / "s.yaml"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
