@@ -4,7 +4,8 @@ has clearly broken an objective.
 
 A probe stops early when its verdict can no longer change (enough requests already over a
 bound that the percentile over every planned request must exceed it, or more failures than
-the error rate allows), when a running figure is over twice its bound after 20 requests,
+the error rate allows), when a running figure is over twice its bound (checked at 20, 40, 80,
+... requests),
 or, open loop, when the server's queue (``vllm:num_requests_waiting`` and its peers) grew
 at each of the last scrapes.
 """
@@ -20,6 +21,7 @@ from loadgen.load.serving import group_cells, serve_key
 from loadgen.results.capacity import (
     ERROR_RATE,
     QUEUE,
+    bound_of,
     broken,
     next_value,
     objective_key,
@@ -149,6 +151,7 @@ class ProbeWatch:
         self.over: Counter[str] = Counter()
         self.ended = self.failed = 0
         self.waiting: list[float] = []
+        self.next_check = self.MIN_RECORDS
 
     def _halt(self, objective: str, reason: str) -> None:
         self.stopped = {"objective": objective, "reason": reason}
@@ -169,8 +172,11 @@ class ProbeWatch:
                     self.over[objective_key(metric, stat)] += 1
         if self.planned is not None and self._certain(self.planned):
             return
+        # the running figures over every record so far, at 20, 40, 80, ... records: this runs on
+        # the client's event loop, and checking at doubling counts keeps it O(n log n) in all
         n = len(self.records)
-        if n >= self.MIN_RECORDS and n % 10 == 0:
+        if n >= self.next_check:
+            self.next_check *= 2
             self._far_over()
 
     def _certain(self, planned: int) -> bool:
@@ -197,7 +203,7 @@ class ProbeWatch:
         figures = slo_figures(self.records, self.slo)
         for key in broken(figures, self.slo):
             value = figures.get(key)
-            bound = self.slo.error_rate if key == ERROR_RATE else _bound(self.slo.bounds(), key)
+            bound = bound_of(key, self.slo)
             if value is not None and bound is not None and value > self.FAR * bound and bound > 0:
                 shown = f"{value:.1%}" if key == ERROR_RATE else f"{value:.1f} ms"
                 self._halt(key, f"{objective_label(key)} over the first {len(self.records)} requests is {shown}, "
@@ -230,10 +236,6 @@ def probe_watch(cell: Cell, stop: Callable[[], None]) -> ProbeWatch | None:
     # every request the probe plans, when it is a number of them (not a duration)
     planned = None if point.load.duration_s else w.num_prompts * (w.multi_turn.turns if w.multi_turn else 1)
     return ProbeWatch(point.load.search, planned, cell.rate is not None, stop)
-
-
-def _bound(bounds: list[tuple[str, str, float]], key: str) -> float | None:
-    return next((b for m, s, b in bounds if objective_key(m, s) == key), None)
 
 
 def _request_values(r: RequestRecord) -> dict[str, float]:

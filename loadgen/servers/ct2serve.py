@@ -12,13 +12,10 @@ The compute type (``int8``, ``int8_float16``, ``int8_bfloat16``, ``float16``, ``
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from loadgen.servers.hfserve import Job, Runner, TransformersApp
-from loadgen.servers.openai.asgi import run_uvicorn
+from loadgen.servers.hfserve import Job, Runner, engine_parser, serve_runner
 
 COMPUTE_TYPES = ("int8", "int8_float16", "int8_bfloat16", "int8_float32", "float16", "bfloat16", "float32")
 
@@ -93,24 +90,17 @@ class CT2Runner(Runner):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadgen.servers.ct2serve", description=__doc__.splitlines()[0])
+    parser = engine_parser("loadgen.servers.ct2serve", __doc__ or "")
     parser.add_argument("--model", required=True, help="a CTranslate2 model directory")
     parser.add_argument("--tokenizer", required=True, help="the Hugging Face checkpoint it was converted from")
-    parser.add_argument("--served-model-name", default=None)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--compute-type", default="int8", choices=COMPUTE_TYPES)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: CTranslate2's default)")
-    parser.add_argument("--max-model-len", type=int, default=None)
     args = parser.parse_args(argv)
     runner = CT2Runner(args.model, args.tokenizer, compute_type=args.compute_type, device=args.device,
                        threads=args.threads, max_model_len=args.max_model_len)
-    name = args.served_model_name or Path(args.tokenizer).name
-    print(f"CTranslate2 engine: {args.model} as {name!r} on {args.device} ({args.compute_type}), "
-          f"max_model_len {runner.max_model_len}", file=sys.stderr, flush=True)
-    run_uvicorn(TransformersApp(runner, name), args.host, args.port)
-
+    serve_runner(runner, args.served_model_name or Path(args.tokenizer).name, args.host, args.port,
+                 f"CTranslate2 engine: {args.model} on {args.device} ({args.compute_type})")
 
 if __name__ == "__main__":
     main()

@@ -415,16 +415,28 @@ class TransformersApp(OpenAIApp):
         await end_stream(send)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadgen.servers.hfserve", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="local path or hub id")
+def engine_parser(module: str, doc: str) -> argparse.ArgumentParser:
+    """The options every loadgen engine takes: --served-model-name, --host, --port, --max-model-len."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    return parser
+
+
+def serve_runner(runner: Runner, name: str, host: str, port: int, about: str) -> None:
+    """Say what is served (the engine's log), then serve it until SIGINT / SIGTERM."""
+    print(f"{about} as {name!r}, max_model_len {runner.max_model_len}", file=sys.stderr, flush=True)
+    run_uvicorn(TransformersApp(runner, name), host, port)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = engine_parser("loadgen.servers.hfserve", __doc__ or "")
+    parser.add_argument("--model", required=True, help="local path or hub id")
     parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     parser.add_argument("--attn-implementation", default="sdpa", choices=ATTENTION)
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--load-in", default=None, choices=("8bit", "4bit"), help="bitsandbytes weights (GPU)")
     parser.add_argument("--grad-mode", default="inference_mode", choices=("inference_mode", "no_grad"))
     args = parser.parse_args(argv)
@@ -435,10 +447,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--load-in {args.load_in}: needs bitsandbytes (pip install bitsandbytes) and a CUDA GPU")
     runner = ModelRunner(args.model, dtype=args.dtype, attn=args.attn_implementation, device=args.device,
                          max_model_len=args.max_model_len, load_in=args.load_in, grad_mode=args.grad_mode)
-    name = args.served_model_name or Path(args.model).name
-    print(f"transformers engine: {args.model} as {name!r} on {runner.device} ({runner.dtype}, "
-          f"{args.attn_implementation}), max_model_len {runner.max_model_len}", file=sys.stderr, flush=True)
-    run_uvicorn(TransformersApp(runner, name), args.host, args.port)
+    serve_runner(runner, args.served_model_name or Path(args.model).name, args.host, args.port,
+                 f"transformers engine: {args.model} on {runner.device} ({runner.dtype}, {args.attn_implementation})")
 
 
 if __name__ == "__main__":
