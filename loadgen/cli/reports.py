@@ -9,20 +9,20 @@ import orjson
 import typer
 
 from loadgen.cli.console import err, handles_errors, out, print_summary, print_text
-from loadgen.cli.root import app
+from loadgen.cli.root import Command, app
 from loadgen.errors import UsageError
 from loadgen.report.summary import render_markdown
 
 
-@app.command()
+@app.command(cls=Command)
 @handles_errors
 def report(
-    run_dirs: Annotated[list[Path], typer.Argument(help="run directories")],
+    run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR", help="run directories")],
     table: Annotated[
         str | None,
         typer.Option(help="single-stream | throughput | capacity | compare | sweep (default: the scenario's kind)"),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="console | md | rst | csv | json")] = "console",
+    fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="console | md | rst | csv | json")] = "console",
     spread: Annotated[bool, typer.Option("--spread", help="single-stream: add the speed's std over repeats")] = False,
     plot: Annotated[bool, typer.Option("--plot", help="write PNG charts into each run directory")] = False,
 ) -> None:
@@ -52,12 +52,12 @@ def report(
             print_summary(summary)
 
 
-@app.command()
+@app.command(cls=Command)
 @handles_errors
 def compare(
-    run_dirs: Annotated[list[Path], typer.Argument(help="run directories to compare")],
-    baseline: Annotated[Path, typer.Option(help="the run the others are measured against (Speed X = 1)")],
-    fmt: Annotated[str, typer.Option("--format", help="md | rst | csv | json")] = "md",
+    run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR", help="run directories to compare")],
+    baseline: Annotated[Path, typer.Option(metavar="RUN_DIR", help="the run the others are measured against (Speed X = 1)")],
+    fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="md | rst | csv | json")] = "md",
 ) -> None:
     """Runs against a baseline, as the cross-engine comparison: Avg Tok/s, Max Mem (MiB), Speed X, Max mem %."""
     from loadgen.errors import UsageError

