@@ -56,7 +56,9 @@ def report(
 @handles_errors
 def compare(
     run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR", help="run directories to compare")],
-    baseline: Annotated[Path, typer.Option(metavar="RUN_DIR", help="the run the others are measured against (Speed X = 1)")],
+    baseline: Annotated[
+        Path, typer.Option(metavar="RUN_DIR", help="the run the others are measured against (Speed X = 1)")
+    ],
     fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="md | rst | csv | json")] = "md",
 ) -> None:
     """Runs against a baseline, as the cross-engine comparison: Avg Tok/s, Max Mem (MiB), Speed X, Max mem %."""

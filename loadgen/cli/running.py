@@ -43,11 +43,12 @@ def run(
     overrides: Annotated[
         list[str] | None, typer.Option(
             "--set", metavar="KEY=VALUE",
-            help="override a scenario key (repeatable), e.g. --set load.concurrency=[1,8] --set workload.num_prompts=50",
+            help="override a scenario key (repeatable), e.g. --set load.concurrency=[1,8] --set seed=1",
         )
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option("--resume", metavar="RUN_DIR", help="continue this run directory, skipping finished cells")
+        Path | None,
+        typer.Option("--resume", metavar="RUN_DIR", help="continue this run directory, skipping finished cells"),
     ] = None,
     retry_failed: Annotated[
         bool, typer.Option("--retry-failed", help="with --resume: measure failed cells again")
@@ -127,7 +128,8 @@ app.add_typer(bench_app, name="bench")
 
 
 @bench_app.command(
-    "serve", cls=Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    "serve", cls=Command,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
     add_help_option=False,
 )
 @handles_errors

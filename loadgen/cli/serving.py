@@ -155,7 +155,8 @@ def serve(
         str, typer.Option(help="a CPU engine's cores: auto (all but the last, left to the client), all, or e.g. 0-2")
     ] = "auto",
     container: Annotated[
-        str | None, typer.Option("--container", metavar="RUNTIME", help="docker | podman: run the engine's official image instead")
+        str | None,
+        typer.Option("--container", metavar="RUNTIME", help="docker | podman: run the engine's official image instead"),
     ] = None,
     print_argv: Annotated[
         bool, typer.Option("--print-argv", help="with --container: print the engine's argv inside the image (JSON)")

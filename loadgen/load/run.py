@@ -35,6 +35,7 @@ from loadgen.load.serving import (
     exit_status,
     group_cells,
     launch_target,
+    name_the_model,
     place_client,
     serve_key,
 )
@@ -284,6 +285,7 @@ class _Run:
             ) as client:
                 model = await resolve_model(client, base_url, target.model, self.provenance)
                 self.provenance["model"] = model
+                name_the_model(desc, model, self.provenance.get("server_models"))
                 self.context = model_context(self.provenance.get("server_models"), model)
                 if self.plain and self.context is not None:
                     for cell in todo.known():

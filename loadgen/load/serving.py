@@ -124,9 +124,12 @@ def describe_server(point: Scenario, info: dict[str, Any]) -> dict[str, Any]:
     serve = point.serve
     if serve is None:
         url = point.target.base_url
-        return {"backend": None, "base_url": url and redact_url(url), "launched": False}
+        return {"backend": None, "base_url": url and redact_url(url), "launched": False,
+                "quant": point.target.quant}
     out: dict[str, Any] = {
-        "backend": serve.engine, "model": serve.model, "quant": serve.quant or "bf16",
+        # an engine's spec says its dtype or quantization; the simulator has none unless declared
+        "backend": serve.engine, "model": serve.model,
+        "quant": serve.quant or point.target.quant or (None if serve.engine == "sim" else "bf16"),
         "setting": serve.setting, "launched": True, "tp": serve.tp or 1, "attn": serve.attn,
         "load_in": serve.load_in, "grad_mode": serve.grad_mode,
     }
@@ -137,6 +140,18 @@ def describe_server(point: Scenario, info: dict[str, Any]) -> dict[str, Any]:
     if engine.get("version"):
         out["version"] = engine["version"]
     return out
+
+
+def name_the_model(desc: dict[str, Any], model: str, models: Any) -> None:
+    """The model the server serves (its ``/v1/models`` id) where the launch did not name one,
+    and, for a server loadgen did not start, the engine that list says owns it."""
+    if not desc.get("model"):
+        desc["model"] = model
+    data = models.get("data") if isinstance(models, dict) else None
+    if desc.get("backend") is None and isinstance(data, list):
+        owners = [m.get("owned_by") for m in data if isinstance(m, dict) and m.get("id") == model]
+        if owners and isinstance(owners[0], str) and owners[0]:
+            desc["owned_by"] = owners[0]
 
 
 def exit_status(code: int) -> str:

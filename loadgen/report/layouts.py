@@ -27,13 +27,61 @@ PREALLOCATING = ("vllm", "sglang", "tgi")
 GIB = float(1 << 30)
 
 
+UNKNOWN = "unknown"
+
+
 def model_label(server: dict[str, Any]) -> str:
-    """``Qwen2-7B-Instruct`` for a catalogued model; the last path part of anything else."""
-    name = str(server.get("model") or server.get("base_url") or "?")
-    entry = load_catalogue().get(name.lower())
-    if entry is not None:
-        return entry.hub.split("/")[-1]
-    return PurePath(str(server.get("checkpoint") or name)).name
+    """``Qwen2-7B-Instruct`` for a catalogued model; the last path part of a checkpoint or of
+    the id the server serves; ``unknown`` where nobody said (never a part of the URL)."""
+    name = server.get("model")
+    if name:
+        entry = load_catalogue().get(str(name).lower())
+        if entry is not None:
+            return entry.hub.split("/")[-1]
+    named = server.get("checkpoint") or name
+    return PurePath(str(named)).name if named else UNKNOWN
+
+
+def quant_label(server: dict[str, Any]) -> str:
+    """What was launched (an engine's dtype or quantization) or declared (``target.quant``);
+    ``unknown`` otherwise."""
+    quant = server.get("quant")
+    return QUANT_LABELS.get(str(quant), str(quant)) if quant else UNKNOWN
+
+
+def software_label(server: dict[str, Any]) -> str:
+    """The engine loadgen launched; for a given URL, the owner ``/v1/models`` names, else unknown."""
+    backend = server.get("backend")
+    if backend:
+        return SOFTWARE_LABELS.get(str(backend), str(backend))
+    owner = server.get("owned_by")
+    return f"{owner} (at {server.get('base_url')})" if owner else UNKNOWN
+
+
+AXIS_TITLES: dict[str, str] = {
+    "input_tokens": "Input Length", "output_tokens": "Output Length", "concurrency": "Concurrency",
+    "rate": "Request Rate", "schedule": "Schedule", "workload": "Workload",
+}
+NOT_AXES = ("num_prompts",)
+
+
+def varying_axes(cells: list[CellSummary]) -> list[str]:
+    """The parameters the cells differ by (lengths, load, matrix axes), in a stable order; the
+    server's engine and quantization are shown by their own columns."""
+    keys: list[str] = []
+    for cell in cells:
+        keys += [k for k in cell.params if k not in keys and k not in NOT_AXES]
+    return [k for k in keys if len({repr(c.params.get(k)) for c in cells}) > 1]
+
+
+def axis_title(key: str) -> str:
+    return AXIS_TITLES.get(key, key.replace("_", " ").title())
+
+
+def axis_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def cell_memory(cell: CellSummary) -> tuple[float | None, str]:
@@ -99,7 +147,7 @@ def speed_rows(summary: Summary) -> list[SpeedRow]:
         gpus = server.get("gpu_count")
         rows.append(SpeedRow(
             model=model_label(server), input_length=int(cell.params["input_tokens"]),
-            quantization=QUANT_LABELS.get(str(server.get("quant")), str(server.get("quant"))),
+            quantization=quant_label(server),
             gpu_num="CPU" if server.get("device") == "cpu" else ("-" if gpus is None else str(gpus)),
             speed=dist.mean, speed_std=dist.std, memory_gib=mem, memory_text=mem_text,
             note=note, setting=server.get("setting"),
@@ -183,27 +231,34 @@ class ThroughputRow:
     qps: float | None
     tokens_per_s: float | None
     output_tokens_per_s: float | None = None
+    # the parameters the run's rows differ by (title, value): input length, concurrency, ...
+    axes: tuple[tuple[str, str], ...] = ()
 
 
 def throughput_rows(summary: Summary) -> list[ThroughputRow]:
     rows = []
-    for cell in summary.cells:
+    cells = list(summary.cells)
+    axes = varying_axes(cells)
+    for cell in cells:
         server, m = cell.server, cell.metrics
         rows.append(ThroughputRow(
-            model=model_label(server), quantization=QUANT_LABELS.get(quant := str(server.get("quant")), quant),
+            model=model_label(server), quantization=quant_label(server),
             prompts=int(cell.params.get("num_prompts") or (m.requests if m else 0)),
             qps=m.request_throughput if m else None, tokens_per_s=m.total_token_throughput if m else None,
             output_tokens_per_s=m.output_throughput if m else None,
+            axes=tuple((axis_title(k), axis_value(cell.params.get(k))) for k in axes),
         ))
     return rows
 
 
 def throughput_table(rows: list[ThroughputRow], *, output: bool = True, title: str = "") -> Table:
-    """``Model | Quantization | # Prompts | QPS | Tokens/s`` (+ output tokens/s alongside)."""
-    headers = ["Model", "Quantization", "# Prompts", "QPS", "Tokens/s"] + (["Output Tokens/s"] if output else [])
+    """``Model | Quantization | <the axes the rows differ by> | # Prompts | QPS | Tokens/s``
+    (+ output tokens/s alongside)."""
+    axes = [t for t, _ in rows[0].axes] if rows else []
+    headers = ["Model", "Quantization", *axes, "# Prompts", "QPS", "Tokens/s"] + (["Output Tokens/s"] if output else [])
     body = []
     for r in rows:
-        cells = [r.model, r.quantization, str(r.prompts), _num(r.qps), _num(r.tokens_per_s)]
+        cells = [r.model, r.quantization, *(v for _, v in r.axes), str(r.prompts), _num(r.qps), _num(r.tokens_per_s)]
         if output:
             cells.append(_num(r.output_tokens_per_s))
         body.append(tuple(cells))
@@ -261,8 +316,7 @@ def compare_rows(
                 c = all_cells[0]
                 s = c.server
                 rows.append(CompareRow(
-                    software=SOFTWARE_LABELS.get(str(s.get("backend")), str(s.get("backend"))),
-                    settings=settings_lines(s), avg_tok_s=None, max_mem_mib=None,
+                    software=software_label(s), settings=settings_lines(s), avg_tok_s=None, max_mem_mib=None,
                     notes=f"{name}: {c.status}: {c.reason}",
                 ))
                 continue
@@ -280,7 +334,7 @@ def compare_rows(
             if cells and not mems:
                 notes += f"; memory {cell_memory(cells[0])[1]}"
             rows.append(CompareRow(
-                software=SOFTWARE_LABELS.get(str(s.get("backend")), str(s.get("backend"))),
+                software=software_label(s),
                 settings=settings_lines(s),
                 avg_tok_s=sum(speeds) / len(speeds) if speeds else None,
                 max_mem_mib=max(mems) * 1024 if mems else None,
@@ -292,7 +346,7 @@ def compare_rows(
 def settings_lines(server: dict[str, Any]) -> tuple[str, ...]:
     """The cross-engine comparison's Settings column: the dtype / quantization and each engine
     option that differs from a plain run."""
-    lines = [QUANT_LABELS.get(str(server.get("quant")), str(server.get("quant")))]
+    lines = [quant_label(server)]
     if server.get("backend") in ("vllm", "sglang"):
         lines.append(f"tensor_parallel_size={server.get('tp', 1)}")
     if server.get("backend") == "transformers":

@@ -46,10 +46,19 @@ def _params_text(params: dict[str, Any]) -> str:
     lengths = f"input {params['input_tokens']} / output {params['output_tokens']} tokens"
     if (source := params.get("workload")) is not None:
         lengths = f"{source} ({lengths} per message)" if source.startswith("multi-turn") else f"{source} prompts"
-    return (
-        f"{lengths}, "
-        f"concurrency {params['concurrency']}, rate {'all at once' if rate is None else f'{rate:g}/s'}"
-    )
+    if (schedule := params.get("schedule")) is not None:
+        return f"{lengths}, {schedule}"
+    return f"{lengths}, {load_text(params['concurrency'], rate)}"
+
+
+def load_text(concurrency: int | str | None, rate: float | None) -> str:
+    """The load as it was applied: ``closed loop of 16`` (each stream sends its next request
+    when the last ends), ``rate 4/s`` (open loop, at most N in flight when capped), or ``all at
+    once`` (every request sent at the start)."""
+    capped = concurrency not in (None, "unlimited")
+    if rate is not None:
+        return f"rate {rate:g}/s" + (f", at most {concurrency} in flight" if capped else "")
+    return f"closed loop of {concurrency}" if capped else "all at once"
 
 
 def _cache_text(cell: CellSummary) -> str:
@@ -78,7 +87,8 @@ def _throughput_line(m: CellMetrics) -> str:
     ]
     if m.slo is not None:
         attained = "-" if m.slo_attained is None else f"{m.slo_attained:.1%}"
-        parts.append(f"goodput {_num(m.goodput, 3)} req/s ({attained} in SLO)")
+        cancelled = f", {m.cancelled} cancelled not counted" if m.cancelled else ""
+        parts.append(f"goodput {_num(m.goodput, 3)} req/s ({attained} in SLO{cancelled})")
     if m.prompt_tokens_mismatched:
         parts.append(
             f"prompt length off on {m.prompt_tokens_mismatched} requests "

@@ -80,9 +80,14 @@ def _group(measured: list[RequestRecord], key: str, value: int) -> dict[str, Any
     }
 
 
-def summarize(records: Iterable[RequestRecord], slo: Slo | None = None, *, breakdown: bool = True) -> CellMetrics:
+def summarize(
+    records: Iterable[RequestRecord], slo: Slo | None = None, *, breakdown: bool = True, open_loop: bool = True,
+) -> CellMetrics:
     """The metrics of one cell (``summary.json: cells[].metrics``); ``breakdown``: with the
-    figures per turn and per stage where the records have them."""
+    figures per turn and per stage where the records have them; ``open_loop``: requests were
+    sent on a schedule (a rate), so TTFT from the schedule and the send lag mean lateness. In a
+    closed loop a request's schedule is the moment the run started it, and the time it waited
+    for a free slot is the concurrency limit at work: those figures are left empty."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok and r.first_token_at is not None]
     # a successful stream with no token at all cannot give latency figures: count it apart
@@ -129,7 +134,9 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None, *, break
             requests=sum(1 for d in chunk_diff if d != 0), tokens=int(sum(abs(d) for d in chunk_diff)),
         ),
         ttft_s=distribution(r.first_token_at - r.sent_at for r in ok),  # type: ignore[operator]
-        ttft_from_schedule_s=distribution(r.first_token_at - r.scheduled_at for r in ok),  # type: ignore[operator]
+        ttft_from_schedule_s=distribution(
+            r.first_token_at - r.scheduled_at for r in (ok if open_loop else ())  # type: ignore[operator]
+        ),
         tpot_s=distribution(t for r in ok if (t := tpot(r)) is not None),
         itl_s=distribution(
             np.concatenate([itl_values(r) for r in ok]) if ok else np.empty(0)
@@ -137,7 +144,7 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None, *, break
         e2e_s=distribution(r.done_at - r.sent_at for r in ok),  # type: ignore[operator]
         # the client's own lateness: from the schedule (or the free slot) to the request on the wire
         send_lag_s=distribution(
-            r.sent_at - r.scheduled_at - r.slot_wait_s for r in measured if r.sent_at is not None
+            r.sent_at - r.scheduled_at - r.slot_wait_s for r in measured if r.sent_at is not None and open_loop
         ),
         # waiting for a free concurrency slot (the concurrency limit), not the client's lateness
         slot_wait_s=distribution(r.slot_wait_s for r in measured if r.sent_at is not None),
@@ -174,8 +181,10 @@ def summarize(records: Iterable[RequestRecord], slo: Slo | None = None, *, break
             {r.stage for r in measured if r.stage is not None})])
     if slo is not None and any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms)):
         good = sum(1 for r in ok if meets_slo(r, slo))
+        # requests the run cancelled (stopped in flight) neither met nor missed an objective
+        judged = len(measured) - cancelled
         metrics = replace(
-            metrics, slo=slo.model_dump(exclude_none=True), slo_attained=good / len(measured) if measured else None,
+            metrics, slo=slo.model_dump(exclude_none=True), slo_attained=good / judged if judged else None,
             goodput=per_s(good),
         )
     return metrics

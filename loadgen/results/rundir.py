@@ -127,7 +127,7 @@ def cell_summary(
             "repeats them), so TTFT is below a cold prefill's; let loadgen draw the seed, or set "
             "load.reset_cache: between-cells"
         )
-    metrics = summarize(records, point.slo) if measured else None
+    metrics = summarize(records, point.slo, open_loop=cell.open_loop) if measured else None
     probe = None
     if cell.search is not None and point.load.search is not None:
         value = cell.concurrency if point.load.search.by == "concurrency" else cell.rate

@@ -148,7 +148,7 @@ class CellSummary:
 
     @property
     def open_loop(self) -> bool:
-        return self.params.get("rate") is not None
+        return self.params.get("rate") is not None or self.params.get("schedule") is not None
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -39,6 +39,26 @@ class Cell:
     # a search's probe: the search it belongs to (its index among the scenario's searches)
     search: int | None = None
 
+    @property
+    def schedule(self) -> str | None:
+        """An open-loop schedule other than ``load.rate``, in words: a trace's timestamps, a
+        ramp-up or stages (None: the rate, or a closed loop when there is none)."""
+        if self.point is None:
+            return None
+        w, ld = self.point.workload, self.point.load
+        if w.trace is not None and w.multi_turn is None:
+            return "trace timestamps"
+        if ld.ramp_up is not None:
+            return f"ramp-up {ld.ramp_up.start_rate:g} to {ld.ramp_up.end_rate:g}/s"
+        if ld.stages and any(st.rate is not None for st in ld.stages):
+            return f"{len(ld.stages)} stages"
+        return None
+
+    @property
+    def open_loop(self) -> bool:
+        """Requests sent on a schedule (a rate, a trace, a ramp, stages), not as slots free up."""
+        return self.rate is not None or self.schedule is not None
+
     def params(self) -> dict[str, Any]:
         out = {
             "input_tokens": self.input_tokens,
@@ -54,6 +74,8 @@ class Cell:
                 out["workload"] = w.source
             elif w.multi_turn is not None:
                 out["workload"] = f"multi-turn x{w.multi_turn.turns}"
+            if (schedule := self.schedule) is not None:
+                out["schedule"] = schedule
         for axis, value in redact_labels(dict(self.labels)).items():
             out.setdefault(axis, value)
         return out

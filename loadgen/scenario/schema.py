@@ -91,6 +91,8 @@ class Target(_Model):
     base_url: str | None = None
     api: Literal["completions", "chat"] = "completions"
     model: str = "auto"
+    # what the server at base_url runs, for the tables (a server does not say): e.g. awq, fp8
+    quant: str | None = None
     api_key_env: str | None = "OPENAI_API_KEY"
     # ask for cumulative usage on every chunk (vLLM, SGLang, loadgen sim): exact tokens per chunk
     continuous_usage_stats: bool = True

@@ -36,7 +36,7 @@ def test_the_walk_finds_every_command() -> None:
     assert {"run", "report", "compare", "sim", "models", "serve", "setup", "engines", "locust", "bench serve"} <= names
 
 
-@pytest.mark.parametrize("path,cmd", COMMANDS, ids=[" ".join(p) or "loadgen" for p, _ in COMMANDS])
+@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=[" ".join(p) or "loadgen" for p, _ in COMMANDS])
 def test_help_lists_every_option_with_a_plain_metavar(path: list[str], cmd: Any) -> None:
     result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "300"}, terminal_width=300)
     assert result.exit_code == 0, result.output

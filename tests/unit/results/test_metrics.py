@@ -76,8 +76,24 @@ def test_summary_figures_by_hand() -> None:
     assert m["tpot_s"]["mean"] == pytest.approx((0.1 + 0.1 / 3) / 2)
     # only request 0 has TTFT <= 150 ms; goodput over the 1 s window
     assert m["goodput"] == pytest.approx(1.0)
-    assert m["slo_attained"] == pytest.approx(0.25)
+    # of the 3 requests judged (the cancelled one neither met nor missed an objective), 1 met it
+    assert m["slo_attained"] == pytest.approx(1 / 3)
     assert m["token_count_source"] == "usage"
+
+
+def test_schedule_figures_only_for_open_loop_cells() -> None:
+    # scheduled at 0 for both; the second waited 0.4 s for a free slot and was sent at 0.5
+    records = [
+        rec(0, 0.0, (0.1, 0.2), (1, 1), 0.3),
+        rec(1, 0.5, (0.1, 0.2), (1, 1), 0.8, scheduled_at=0.0, slot_wait_s=0.4),
+    ]
+    closed = summarize(records, open_loop=False)
+    assert closed.ttft_from_schedule_s.max is None
+    assert closed.send_lag_s.max is None
+    assert closed.ttft_s.mean == pytest.approx(0.1)
+    opened = summarize(records)
+    assert opened.ttft_from_schedule_s.max == pytest.approx(0.6)
+    assert opened.send_lag_s.max == pytest.approx(0.1)
 
 
 def test_prompt_drift_and_chunk_discrepancy_are_reported() -> None:
