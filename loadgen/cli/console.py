@@ -20,9 +20,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @functools.cache
 def _console(stderr: bool) -> Console:
-    # piped output gets a fixed wide layout instead of rich's 80-column fallback
+    # piped output is never wrapped or squeezed: a wide fixed layout instead of rich's 80-column fallback
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 150)
+    return Console(stderr=stderr, width=None if stream.isatty() else 400)
 
 
 def out() -> Console:

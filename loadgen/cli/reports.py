@@ -39,14 +39,15 @@ def report(
         if plot:
             for path in write_plots(summary, run_dir):
                 err().print(f"wrote {path}", markup=False, highlight=False)
-        if kind != "sweep":
+        # a sweep run's default: the whole summary (console, report.md, summary.json); --table
+        # sweep, or csv / rst: the sweep table alone
+        whole = kind == "sweep" and (table is None or fmt == "console") and fmt in ("console", "md", "json")
+        if not whole:
             print_text(render_tables(published_tables(summary, kind, spread), "md" if fmt == "console" else fmt))
         elif fmt == "json":
             print_text(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
         elif fmt == "md":
             print_text(render_markdown(summary))
-        elif fmt in ("rst", "csv"):
-            raise UsageError(f"--format {fmt}: a sweep renders as console, md or json; or pass --table")
         else:
             out().print(f"{run_dir}", style="bold", markup=False, highlight=False)
             print_summary(summary)

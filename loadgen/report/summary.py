@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table as RichTable
 
 from loadgen.report.capacity import answer_lines, capacity_table, probe_table
+from loadgen.report.layouts import axis_title, axis_value, varying_axes
 from loadgen.report.tables import Table, render_md
 from loadgen.results.summary import CellMetrics, CellSummary, Distribution, Summary
 
@@ -144,15 +145,19 @@ def _rich(table: Table) -> RichTable:
 
 
 def sweep_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
+    """The sweep: a row per measured cell; matrix axes the cells differ by get a column each."""
+    fixed = ("input_tokens", "output_tokens", "concurrency", "rate")
+    extra = [k for k in varying_axes(list(summary.measured)) if k not in fixed]
     headers = [
-        "input", "output", "concurrency", "rate", "QPS", "output tok/s", "total tok/s",
-        "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "failed", "cache hits",
+        *(axis_title(k) for k in extra), "input", "output", "concurrency", "rate", "QPS", "output tok/s",
+        "total tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "failed", "cache hits",
     ]
     rows = []
     for cell in summary.measured:
         p, m = cell.params, cell.metrics
         assert m is not None
         rows.append([
+            *(axis_value(p.get(k)) for k in extra),
             str(p["input_tokens"]), str(p["output_tokens"]), str(p["concurrency"]),
             "-" if p["rate"] is None else f"{p['rate']:g}",
             _num(m.request_throughput, 3), _num(m.output_throughput, 1), _num(m.total_token_throughput, 1),
@@ -161,6 +166,13 @@ def sweep_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
             "-" if cell.server_prefix_cache_hit_rate is None else f"{cell.server_prefix_cache_hit_rate:.1%}",
         ])
     return headers, rows
+
+
+def sweep_table(summary: Summary) -> Table:
+    headers, rows = sweep_rows(summary)
+    # exported figures carry no thousands separators (a CSV reader would split them)
+    body = tuple(tuple(c.replace(",", "") for c in r) for r in rows)
+    return Table(tuple(headers), body, title=f"- {summary.scenario}: sweep")
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:

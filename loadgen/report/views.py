@@ -6,6 +6,7 @@ from __future__ import annotations
 from loadgen.errors import UsageError
 from loadgen.report.capacity import capacity_table
 from loadgen.report.layouts import compare_rows, compare_table, single_stream_tables, throughput_rows, throughput_table
+from loadgen.report.summary import sweep_table
 from loadgen.report.tables import Table, render
 from loadgen.results.summary import Summary
 
@@ -32,6 +33,10 @@ def published_tables(summary: Summary, table: str, spread: bool) -> list[Table]:
         if not summary.capacity:
             raise UsageError("--table capacity: this run has no search (load.search, or loadgen run --search)")
         return [capacity_table(summary)]
+    if table == "sweep":
+        if not summary.measured:
+            raise UsageError("--table sweep: the run has no measured cell")
+        return [sweep_table(summary)]
     return [throughput_table(throughput_rows(summary), title=f"- {summary.scenario}")]
 
 
