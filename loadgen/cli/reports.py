@@ -25,6 +25,10 @@ def report(
     fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="console | md | rst | csv | json")] = "console",
     spread: Annotated[bool, typer.Option("--spread", help="single-stream: add the speed's std over repeats")] = False,
     plot: Annotated[bool, typer.Option("--plot", help="write PNG charts into each run directory")] = False,
+    as_html: Annotated[
+        bool, typer.Option("--html", help="write report.html into each run directory: tables, charts, provenance "
+                           "in one file that opens offline")
+    ] = False,
 ) -> None:
     """Re-render run directories from their records alone, without touching a server."""
     from loadgen.report.plots import write_plots
@@ -37,8 +41,16 @@ def report(
         summary = rebuild_summary(run_dir)
         kind = table or summary.kind
         if plot:
-            for path in write_plots(summary, run_dir):
+            written = write_plots(summary, run_dir)
+            for path in written:
                 err().print(f"wrote {path}", markup=False, highlight=False)
+            if not written:
+                err().print(f"{run_dir}: no chart to draw: the run has no successful request", highlight=False)
+        if as_html:
+            from loadgen.report.html import write_html
+
+            err().print(f"wrote {write_html(summary, run_dir)}", markup=False, highlight=False)
+            continue
         # a sweep run's default: the whole summary (console, report.md, summary.json); --table
         # sweep, or csv / rst: the sweep table alone
         whole = kind == "sweep" and (table is None or fmt == "console") and fmt in ("console", "md", "json")

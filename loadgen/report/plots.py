@@ -6,25 +6,30 @@
 - ``latency.png``: for a concurrency or rate sweep, output tokens/s against TTFT and TPOT
   (p50 and p99), each point labelled with its concurrency or rate.
 - ``capacity.png``: a capacity search's probes against its SLOs (``loadgen.report.capacity``).
+- ``load.png``, ``distributions.png``, ``timeline.png``: see ``loadgen.report.charts``.
+
+Quantities are drawn from zero (a bar, a throughput, a latency), so small changes look small.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from loadgen.report.capacity import write_capacity_plots
-from loadgen.report.layouts import ENGINE_LABELS, QUANT_LABELS, model_label, speed_of
+from loadgen.report.charts import plot_distributions, plot_load, plot_timeline
+from loadgen.report.charts import pyplot as _pyplot
+from loadgen.report.layouts import (
+    ENGINE_LABELS,
+    axis_title,
+    axis_value,
+    model_label,
+    quant_label,
+    speed_of,
+    varying_axes,
+)
+from loadgen.results.records import read_records
+from loadgen.results.rundir import RECORDS
 from loadgen.results.summary import Distribution, Summary
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def plot_speed(summary: Summary, path: Path) -> Path | None:
@@ -34,8 +39,8 @@ def plot_speed(summary: Summary, path: Path) -> Path | None:
         if dist.mean is None or dist.min is None or dist.max is None:
             continue
         s = cell.server
-        quant, engine = str(s.get("quant")), str(s.get("backend"))
-        line = f"{QUANT_LABELS.get(quant, quant)} ({ENGINE_LABELS.get(engine, engine)})"
+        engine = str(s.get("backend"))
+        line = f"{quant_label(s)} ({ENGINE_LABELS.get(engine, engine)})"
         panels.setdefault(model_label(s), {}).setdefault(line, []).append(
             (int(cell.params["input_tokens"]), dist.mean, dist.min, dist.max)
         )
@@ -69,13 +74,14 @@ def plot_speed(summary: Summary, path: Path) -> Path | None:
 
 def plot_throughput(summary: Summary, path: Path) -> Path | None:
     bars = []
+    axes = varying_axes(list(summary.measured))
     for cell in summary.cells:
         m = cell.metrics
         if m is None or m.total_token_throughput is None:
             continue
         s = cell.server
-        quant = str(s.get("quant"))
-        label = f"{model_label(s)}\n{QUANT_LABELS.get(quant, quant)}, {cell.params.get('num_prompts')} prompts"
+        label = f"{model_label(s)}\n{quant_label(s)}, {cell.params.get('num_prompts')} prompts"
+        label += "".join(f"\n{axis_title(k).lower()} {axis_value(cell.params.get(k))}" for k in axes)
         bars.append((label, m.total_token_throughput, m.output_throughput or 0.0, m.request_throughput or 0.0))
     if not bars:
         return None
@@ -121,6 +127,8 @@ def plot_latency(summary: Summary, path: Path) -> Path | None:
                 ax.annotate(label, (x, d.p50 * 1e3), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set_xlabel("output tokens/s")
         ax.set_ylabel(f"{name} (ms)")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.suptitle(f"{summary.scenario}: latency against throughput")
@@ -130,14 +138,21 @@ def plot_latency(summary: Summary, path: Path) -> Path | None:
     return path
 
 
-def write_plots(summary: Summary, run_dir: Path) -> list[Path]:
-    """The charts that fit the run's kind; returns the files written."""
+def write_plots(summary: Summary, run_dir: Path, out_dir: Path | None = None, suffix: str = "png") -> list[Path]:
+    """The charts that fit the run (into ``out_dir``, default the run directory, as PNG or SVG);
+    returns the files written."""
+    out = out_dir or run_dir
     kind = summary.kind
     made = []
     if kind == "single-stream":
-        made.append(plot_speed(summary, run_dir / "speed.png"))
+        made.append(plot_speed(summary, out / f"speed.{suffix}"))
     if kind == "throughput":
-        made.append(plot_throughput(summary, run_dir / "throughput.png"))
+        made.append(plot_throughput(summary, out / f"throughput.{suffix}"))
     if kind != "single-stream" and not summary.capacity:
-        made.append(plot_latency(summary, run_dir / "latency.png"))
-    return [p for p in made if p is not None] + write_capacity_plots(summary, run_dir)
+        made.append(plot_latency(summary, out / f"latency.{suffix}"))
+        made.append(plot_load(summary, out / f"load.{suffix}"))
+    records = list(read_records(run_dir / RECORDS)) if (run_dir / RECORDS).exists() else []
+    made.append(plot_distributions(summary, records, out / f"distributions.{suffix}"))
+    made.append(plot_timeline(summary, records, out / f"timeline.{suffix}"))
+    capacity = write_capacity_plots(summary, run_dir) if suffix == "png" and out == run_dir else []
+    return [p for p in made if p is not None] + capacity

@@ -42,7 +42,7 @@ def _latency_rows(cell: CellSummary) -> list[list[str]]:
     return rows
 
 
-def _params_text(params: dict[str, Any]) -> str:
+def params_text(params: dict[str, Any]) -> str:
     rate = params.get("rate")
     lengths = f"input {params['input_tokens']} / output {params['output_tokens']} tokens"
     if (source := params.get("workload")) is not None:
@@ -102,6 +102,15 @@ def _throughput_line(m: CellMetrics) -> str:
     return " | ".join(parts)
 
 
+def console_lines(summary: Summary) -> list[str]:
+    """Each cell's line of figures (throughput, failures, goodput, cache) and a search's answer."""
+    out = [
+        f"[{cell.cell}] {_throughput_line(cell.metrics)}{_cache_text(cell)}"
+        for cell in summary.cells if cell.metrics is not None and cell.probe is None
+    ]
+    return out + list(answer_lines(summary))
+
+
 def console_tables(summary: Summary) -> list[RichTable | str]:
     """One latency table per cell, its throughput line, and a sweep overview when swept."""
     out: list[RichTable | str] = []
@@ -109,9 +118,9 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
         if cell.probe is not None:
             continue  # a search's probes are one table below
         if cell.metrics is None:
-            out.append(f"[{cell.cell}] {_params_text(cell.params)}: {cell.status} -- {cell.reason}")
+            out.append(f"[{cell.cell}] {params_text(cell.params)}: {cell.status} -- {cell.reason}")
             continue
-        table = RichTable(title=f"[{cell.cell}] {_params_text(cell.params)}", title_justify="left")
+        table = RichTable(title=f"[{cell.cell}] {params_text(cell.params)}", title_justify="left")
         table.add_column("ms", style="bold")
         for c in COLUMNS:
             table.add_column(c, justify="right")
@@ -189,7 +198,7 @@ def render_markdown(summary: Summary) -> str:
     if summary.aborted:
         parts += [f"**Aborted**: {summary.aborted}.", ""]
     for cell in summary.cells:
-        parts += [f"## [{cell.cell}] {_params_text(cell.params)}", ""]
+        parts += [f"## [{cell.cell}] {params_text(cell.params)}", ""]
         if cell.metrics is None:
             parts += [f"{cell.status}: {cell.reason}", ""]
             continue

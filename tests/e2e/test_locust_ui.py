@@ -4,59 +4,24 @@ keep a screenshot (set LOADGEN_SCREENSHOT_DIR to keep it past the test)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from loadgen.servers.launch import free_port
+from tests.browser import browser_fixture, keep_screenshots, wait_for
 from tests.conftest import StartSim
 
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
-webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium (the test extra)")
-if CHROMIUM is None or CHROMEDRIVER is None:
-    if os.environ.get("CI") == "true":  # CI installs them (.ci/run): never skip silently there
-        pytest.fail("chromium / chromedriver missing: apt-get install chromium chromium-driver",
-                    pytrace=False)
-    pytest.skip("needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver",
-                allow_module_level=True)
-
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+By = pytest.importorskip("selenium.webdriver.common.by", reason="pip install selenium (the test extra)").By
+Keys = pytest.importorskip("selenium.webdriver.common.keys").Keys
+WebDriver = Any
+browser = pytest.fixture(browser_fixture, name="browser")
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "chat.yaml"
-
-
-@pytest.fixture
-def browser() -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,900"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def wait_for(predicate, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError("timed out waiting for the web UI")
 
 
 def tab(driver: WebDriver, name: str) -> None:
@@ -114,11 +79,7 @@ def test_start_a_run_from_the_web_ui_and_see_llm_entries(
     finally:
         ui.terminate()
         ui.wait(timeout=30)
-        keep = os.environ.get("LOADGEN_SCREENSHOT_DIR")
-        if keep:
-            Path(keep).mkdir(parents=True, exist_ok=True)
-            for png in tmp_path.glob("*.png"):
-                shutil.copy(png, Path(keep) / png.name)
+        keep_screenshots(tmp_path)
     for png in ("statistics.png", "llm.png"):
         assert (tmp_path / png).stat().st_size > 10_000
 

@@ -1,0 +1,163 @@
+"""Charts drawn from a run's records, for any run (one cell included):
+
+- ``load.png``: output tokens/s and requests/s against the concurrency or rate of the cells, one
+  line per combination of the other axes (a sweep of two or more loads).
+- ``distributions.png``: TTFT, TPOT and E2E latency as cumulative distributions, one line per
+  cell: where the tail starts, not only its p99.
+- ``timeline.png``: every request from send to last token (first token marked), coloured by
+  cell, as vLLM's ``--plot-timeline``; at most ``TIMELINE_MAX`` requests, evenly chosen.
+
+Every axis of a quantity starts at zero, so a change of 0.3% does not fill a panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadgen.report.layouts import axis_title, axis_value, varying_axes
+from loadgen.results.metrics import tpot
+from loadgen.results.records import RequestRecord
+from loadgen.results.summary import CellSummary, Summary
+
+TIMELINE_MAX = 4000
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def cell_label(cell: CellSummary, axes: list[str]) -> str:
+    """A cell in a legend: the parameters the run's cells differ by, else its number."""
+    parts = [f"{axis_title(k).lower()} {axis_value(cell.params.get(k))}" for k in axes]
+    return ", ".join(parts) or f"cell {cell.cell}"
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+    return path
+
+
+def plot_load(summary: Summary, path: Path) -> Path | None:
+    """Throughput against the load: needs two or more cells that differ in concurrency or rate."""
+    cells = [c for c in summary.measured if c.probe is None]
+    axes = varying_axes(cells)
+    load = "rate" if "rate" in axes else ("concurrency" if "concurrency" in axes else None)
+    if load is None or any(c.params.get(load) in (None, "unlimited") for c in cells):
+        return None
+    others = [k for k in axes if k != load]
+    lines: dict[str, list[tuple[float, float, float]]] = {}
+    for c in cells:
+        m = c.metrics
+        assert m is not None
+        key = ", ".join(f"{axis_title(k).lower()} {axis_value(c.params.get(k))}" for k in others) or "all cells"
+        lines.setdefault(key, []).append(
+            (float(c.params[load]), m.output_throughput or 0.0, m.request_throughput or 0.0))
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, pts in lines.items():
+        pts.sort()
+        left.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=name)
+        right.plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=name)
+    xlabel = "request rate (requests/s)" if load == "rate" else "concurrency (requests in flight)"
+    for ax, ylabel in ((left, "output tokens/s"), (right, "requests/s (completed)")):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        if len(lines) > 1:
+            ax.legend(fontsize=8)
+    fig.suptitle(f"{summary.scenario}: throughput against {load}")
+    return _save(fig, path)
+
+
+METRICS: tuple[tuple[str, Callable[[RequestRecord], float | None]], ...] = (
+    ("TTFT", lambda r: None if r.first_token_at is None or r.sent_at is None else r.first_token_at - r.sent_at),
+    ("TPOT", tpot),
+    ("E2E latency", lambda r: None if r.done_at is None or r.sent_at is None else r.done_at - r.sent_at),
+)
+
+
+def measured_by_cell(records: list[RequestRecord]) -> dict[int, list[RequestRecord]]:
+    """Each cell's successful measured requests (no warm-up, no failure, no cancellation)."""
+    out: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if not r.warmup and r.ok and r.first_token_at is not None:
+            out.setdefault(r.cell, []).append(r)
+    return out
+
+
+def plot_distributions(summary: Summary, records: list[RequestRecord], path: Path) -> Path | None:
+    """TTFT, TPOT and E2E as cumulative distributions (ms), a line per cell."""
+    by_cell = measured_by_cell(records)
+    cells = [c for c in summary.measured if by_cell.get(c.cell)]
+    if not cells:
+        return None
+    axes_k = varying_axes(cells)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    for ax, (name, value) in zip(axes, METRICS, strict=True):
+        for c in cells:
+            xs = np.sort([v * 1e3 for r in by_cell[c.cell] if (v := value(r)) is not None])
+            if xs.size:
+                ys = np.arange(1, xs.size + 1) / xs.size
+                ax.step(xs, ys, where="post", label=cell_label(c, axes_k))
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("share of requests at or below")
+        ax.set_xlim(left=0)
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, alpha=0.3)
+    if 1 < len(cells) <= 12:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(f"{summary.scenario}: latency distributions")
+    return _save(fig, path)
+
+
+def plot_timeline(summary: Summary, records: list[RequestRecord], path: Path) -> Path | None:
+    """A line per request from send to last token, its first token marked, coloured by cell."""
+    by_cell = measured_by_cell(records)
+    rows = sorted((r for rs in by_cell.values() for r in rs), key=lambda r: r.sent_at or 0.0)
+    if not rows:
+        return None
+    total = len(rows)
+    if total > TIMELINE_MAX:
+        rows = [rows[int(i)] for i in np.linspace(0, total - 1, TIMELINE_MAX)]
+    from matplotlib.collections import LineCollection
+
+    plt = pyplot()
+    t0 = min(r.sent_at or 0.0 for r in rows)
+    cells = {c.cell: c for c in summary.cells}
+    axes_k = varying_axes([cells[k] for k in by_cell if k in cells])
+    colours = plt.get_cmap("tab10")
+    order = sorted(by_cell)
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    for i, k in enumerate(order):
+        mine = [(y, r) for y, r in enumerate(rows) if r.cell == k]
+        if not mine:
+            continue
+        colour = colours(i % 10)
+        segments = [[((r.sent_at or 0.0) - t0, y), ((r.last_token_at or r.done_at or 0.0) - t0, y)] for y, r in mine]
+        ax.add_collection(LineCollection(segments, colors=[colour], linewidths=1.0))
+        ax.plot([(r.first_token_at or 0.0) - t0 for _, r in mine], [y for y, _ in mine], "|", color=colour,
+                markersize=3, label=cell_label(cells[k], axes_k) if k in cells else f"cell {k}")
+    ax.set_xlim(left=0, right=max((r.last_token_at or r.done_at or 0.0) - t0 for r in rows) * 1.01 or 1.0)
+    ax.set_ylim(-1, len(rows))
+    ax.set_xlabel("time since the first request was sent (s)")
+    ax.set_ylabel("request (in order sent)")
+    shown = "" if total == len(rows) else f" ({len(rows)} of {total} requests, evenly chosen)"
+    ax.set_title(f"{summary.scenario}: requests from send to last token, | first token{shown}", fontsize=10)
+    if 1 < len(order) <= 12:
+        ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, path)

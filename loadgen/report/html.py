@@ -1,0 +1,156 @@
+"""``loadgen report RUN --html``: one self-contained HTML file of a run, readable offline.
+
+The run's tables (the published table of its kind, the sweep, a capacity search's, each
+cell's latency percentiles), its charts as inline SVG (the same charts ``--plot`` writes as
+PNG, text kept as outlines, so no font or script is fetched) and its provenance: what was
+measured, on what, by which loadgen, when. Nothing in the file refers to anything outside it.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from loadgen.report.capacity import plot_capacity
+from loadgen.report.plots import write_plots
+from loadgen.report.summary import COLUMNS, LATENCIES, console_lines, params_text
+from loadgen.report.tables import Table
+from loadgen.report.views import published_tables
+from loadgen.results.rundir import PROVENANCE, read_json
+from loadgen.results.summary import Summary
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.6em 0 1em; font-size: 0.88em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-space: nowrap; }
+th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
+caption { text-align: left; font-weight: 600; padding: 4px 0; }
+figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
+.figures, .note { font-family: ui-monospace, monospace; font-size: 0.85em; color: #444; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; font-size: 0.9em; }
+dt { font-weight: 600; } dd { margin: 0; font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
+"""
+CHART_TITLES = {
+    "speed": "Single-stream speed against input length",
+    "throughput": "Throughput per checkpoint",
+    "latency": "Latency against throughput",
+    "load": "Throughput against the load",
+    "distributions": "Latency distributions",
+    "timeline": "Requests over time",
+    "capacity": "Capacity search",
+}
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def table_html(table: Table, css_class: str = "") -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in table.headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_e(c).replace(chr(10), '<br>')}</td>" for c in row) + "</tr>" for row in table.rows
+    )
+    caption = f"<caption>{_e(table.title.lstrip('- '))}</caption>" if table.title else ""
+    notes = "".join(f'<p class="note">{_e(n)}</p>' for n in table.footnotes)
+    return f'<table class="{css_class}">{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}'
+
+
+def _svg(path: Path) -> str:
+    """An SVG file's element, for inlining (its XML prologue and doctype dropped; ids made
+    unique per chart so two charts' clip paths never collide)."""
+    text = path.read_text()
+    text = text[text.index("<svg"):]
+    prefix = re.sub(r"\W", "", path.stem)
+    return re.sub(r'(id="|url\(#|href="#)([^")]+)', lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
+
+
+def charts(summary: Summary, run_dir: Path) -> list[tuple[str, str]]:
+    """(title, inline SVG) for each chart the run can show."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        where = Path(tmp)
+        paths = write_plots(summary, run_dir, where, "svg")
+        for i, cap in enumerate(summary.capacity):
+            if (p := plot_capacity(cap, where / f"capacity-{i + 1}.svg", summary.scenario)) is not None:
+                paths.append(p)
+        for p in paths:
+            out.append((CHART_TITLES.get(p.stem.split("-")[0], p.stem), _svg(p)))
+    return out
+
+
+def _provenance(run_dir: Path) -> str:
+    path = run_dir / PROVENANCE
+    prov: dict[str, Any] = read_json(path) if path.exists() else {}
+    server = prov.get("server") or {}
+    rows = [
+        ("loadgen", prov.get("loadgen_version")), ("started", prov.get("start_wall")), ("ended", prov.get("end_wall")),
+        ("host", prov.get("host")), ("platform", prov.get("platform")), ("python", prov.get("python")),
+        ("command", " ".join(map(str, prov.get("argv") or []))), ("seed", prov.get("seed")),
+        ("model served", prov.get("model")), ("client cores", prov.get("cpus")),
+        ("server", server.get("backend")), ("server command", " ".join(map(str, server.get("argv") or []))),
+        ("server version", (server.get("engine") or {}).get("version")),
+    ]
+    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows if v not in (None, "", []))
+    return f"<dl>{items}</dl>"
+
+
+def _cell_sections(summary: Summary) -> str:
+    parts = []
+    for cell in summary.cells:
+        if cell.probe is not None:
+            continue
+        title = f"[{cell.cell}] {params_text(cell.params)}"
+        if cell.metrics is None:
+            parts.append(f"<h3>{_e(title)}</h3><p>{_e(cell.status)}: {_e(cell.reason)}</p>")
+            continue
+        rows = []
+        for key, label in LATENCIES:
+            if key == "ttft_from_schedule_s" and not cell.open_loop:
+                continue
+            dist = getattr(cell.metrics, key)
+            rows.append((label, *("-" if (v := dist.get(c)) is None else f"{v * 1e3:.2f}" for c in COLUMNS)))
+        table = Table(("ms", *COLUMNS), tuple(rows), title=title)
+        parts.append(table_html(table, "latency"))
+    return "".join(parts)
+
+
+def render_html(summary: Summary, run_dir: Path) -> str:
+    tables = []
+    kinds = [summary.kind] if summary.kind != "sweep" else []
+    if summary.measured:
+        kinds.append("sweep")
+    if summary.capacity:
+        kinds.append("capacity")
+    for kind in dict.fromkeys(kinds):
+        tables += [table_html(t, kind) for t in published_tables(summary, kind, spread=False)]
+    lines = "".join(f'<p class="figures">{_e(line)}</p>' for line in console_lines(summary))
+    figures = "".join(
+        f'<figure class="chart"><figcaption>{_e(title)}</figcaption>{svg}</figure>'
+        for title, svg in charts(summary, run_dir)
+    )
+    interrupted = "<p><strong>Interrupted</strong>: figures cover what was measured before the stop.</p>"
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(summary.scenario)}: loadgen report</title><style>{STYLE}</style></head><body>"
+        f"<h1>{_e(summary.scenario)}</h1>"
+        f"<p>Model <code>{_e(summary.model or 'unknown')}</code>; {len(summary.cells)} cells; "
+        f"re-derived from <code>{_e(run_dir.name)}/records.jsonl</code>.</p>"
+        + (interrupted if summary.interrupted else "")
+        + "<h2>Tables</h2>" + "".join(tables) + lines
+        + "<h2>Charts</h2>" + (figures or "<p>No chart: the run has no successful request.</p>")
+        + "<h2>Cells</h2>" + _cell_sections(summary)
+        + "<h2>Provenance</h2>" + _provenance(run_dir)
+        + "</body></html>\n"
+    )
+
+
+def write_html(summary: Summary, run_dir: Path) -> Path:
+    path = run_dir / "report.html"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render_html(summary, run_dir))
+    tmp.replace(path)
+    return path
