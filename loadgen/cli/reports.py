@@ -75,7 +75,6 @@ def compare(
     fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="md | rst | csv | json")] = "md",
 ) -> None:
     """Runs against a baseline, as the cross-engine comparison: Avg Tok/s, Max Mem (MiB), Speed X, Max mem %."""
-    from loadgen.errors import UsageError
     from loadgen.report.layouts import compare_rows, compare_table
     from loadgen.report.tables import render
     from loadgen.results.rundir import rebuild_summary
