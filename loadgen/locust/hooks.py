@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gevent
 import orjson
 from locust import __version__ as locust_version
 from locust import events
@@ -23,6 +24,8 @@ from loadgen.locust.plan import RunDirSink
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log
 from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, rows_csv
 from loadgen.results.rundir import base_provenance
+
+CHARTS_JS = Path(__file__).with_name("llm_tab.js")
 
 
 @events.init_command_line_parser.add_listener
@@ -66,6 +69,7 @@ def _init(environment: Environment, **_: Any) -> None:
             _fail(str(exc))
     if environment.web_ui is not None:
         _extend_web_ui(environment)
+    gevent.spawn(_sample_charts, environment)
 
 
 def _fail(message: str) -> None:
@@ -87,6 +91,38 @@ def _test_start(environment: Environment, **_: Any) -> None:
 @events.test_stopping.add_listener
 def _test_stopping(**_: Any) -> None:
     STATE.stopping = True
+
+
+@events.test_stop.add_listener
+def _test_stop(environment: Environment, **_: Any) -> None:
+    """A stop (the web UI's STOP included): the run directory gets its summary and report for
+    what was measured so far, without waiting for Locust to exit."""
+    if isinstance(environment.runner, WorkerRunner) or STATE.sink is None or STATE.closed:
+        return
+    try:
+        STATE.sink.snapshot(_users(), interrupted=False, server=_server(environment))
+        log.info("loadgen: run directory %s updated (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
+    except (LoadgenError, OSError) as exc:
+        log.error("loadgen: could not write the run directory's summary: %s", exc)
+
+
+def _users() -> tuple[int, ...]:
+    assert STATE.plan is not None
+    return STATE.plan.steps if STATE.used_shape else (max(STATE.peak_users, 1),)
+
+
+def _server(environment: Environment) -> dict[str, Any]:
+    return {"backend": None, "base_url": environment.host, "launched": False, "client": "locust",
+            "model": STATE.model, "quant": STATE.plan.scenario.target.quant if STATE.plan else None}
+
+
+def _sample_charts(environment: Environment) -> None:
+    """A point of the LLM tab's charts every 2 s while users run (the master's or one process's view)."""
+    while True:
+        gevent.sleep(2.0)
+        runner = environment.runner
+        if runner is not None and (runner.user_count > 0 or runner.state in ("spawning", "running")):
+            STATE.sample()
 
 
 @events.report_to_master.add_listener
@@ -130,13 +166,11 @@ def _quit(**_: Any) -> None:
         _final_csv(environment, csv_prefix)
         Path(f"{csv_prefix}_llm.csv").write_text(rows_csv(rows))
     if STATE.sink is not None and STATE.plan is not None:
-        users = STATE.plan.steps if STATE.used_shape else (max(STATE.peak_users, 1),)
-        server = {"backend": None, "base_url": environment.host, "launched": False, "client": "locust"}
         STATE.sink.provenance["model"] = STATE.model
         STATE.sink.provenance["workers"] = (
             environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         )
-        STATE.sink.close(users, interrupted=False, server=server)
+        STATE.sink.close(_users(), interrupted=False, server=_server(environment))
         log.info("loadgen: run directory %s (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
 
 
@@ -187,6 +221,30 @@ def _extend_web_ui(environment: Environment) -> None:
     def _llm_stats() -> Any:
         return jsonify({"entries": list(ENTRIES), "rows": STATE.rows(), "users": environment.runner.user_count
                         if environment.runner is not None else 0})
+
+    @web_ui.app.after_request
+    def _add_llm_charts(response: Response) -> Response:
+        # the start page and the LLM tab: loadgen's script adds the scenario under the form and
+        # the live charts under the LLM table (Locust's own pages stay as they are)
+        if response.mimetype == "text/html" and not response.direct_passthrough:
+            page = response.get_data()
+            if b"window.templateArgs" in page and b"llm/charts.js" not in page:
+                response.set_data(page.replace(b"</body>", b'<script src="./llm/charts.js"></script></body>', 1))
+        return response
+
+    @web_ui.app.route("/llm/charts.js")
+    def _llm_charts_js() -> Response:
+        return Response(CHARTS_JS.read_text(), mimetype="text/javascript")
+
+    @web_ui.app.route("/llm/history")
+    @web_ui.auth_required_if_enabled
+    def _llm_history() -> Any:
+        return jsonify({"window_s": STATE.live.window_s, "points": STATE.live.history})
+
+    @web_ui.app.route("/llm/scenario")
+    @web_ui.auth_required_if_enabled
+    def _llm_scenario() -> Any:
+        return jsonify(STATE.describe(environment.host))
 
     @web_ui.app.route("/llm/stats/csv")
     @web_ui.auth_required_if_enabled

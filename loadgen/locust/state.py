@@ -120,15 +120,33 @@ class _State:
             self.count(replace(record, cell=self.steps.cell_of(record.sent_at)))
 
     def rows(self, users: int | None = None) -> list[dict[str, Any]]:
-        """The LLM table now; ``users`` defaults to the users running now."""
+        """The LLM table now; ``users`` defaults to the users running now (after a stop, the
+        peak the run had, so the per-user figure stays meaningful)."""
         runner = self.env.runner if self.env is not None else None
         lag = REPORT_LAG_S if isinstance(runner, MasterRunner) else 0.0
         if users is None:
-            users = runner.user_count if runner is not None else 0
+            users = (runner.user_count if runner is not None else 0) or self.peak_users
         return self.live.rows(now_s(), users, lag)
 
+    def sample(self) -> dict[str, Any]:
+        """A point of the LLM tab's charts, now."""
+        runner = self.env.runner if self.env is not None else None
+        lag = REPORT_LAG_S if isinstance(runner, MasterRunner) else 0.0
+        return self.live.sample(now_s(), runner.user_count if runner is not None else 0, lag)
 
-STATE = _State()
+    def describe(self, host: str | None) -> dict[str, Any]:
+        """What the start page shows under its form: the scenario's API, model and lengths."""
+        if self.plan is None:
+            return {}
+        sc = self.plan.scenario
+        w = sc.workload
+        return {
+            "scenario": self.source, "name": sc.name, "api": sc.target.api, "host": host,
+            "model": self.model or (sc.target.model if sc.target.model != "auto" else "auto (the server's first)"),
+            "input_tokens": self.plan.input_tokens, "output_tokens": self.plan.output_tokens,
+            "prompts": w.source if w.source != "generated" else f"generated {w.prompt}",
+            "steps": list(self.plan.steps), "step_s": self.plan.step_s,
+        }
 
 
 STATE = _State()

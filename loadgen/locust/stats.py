@@ -1,14 +1,19 @@
 """Live LLM statistics of a Locust run, from its records: requests, failures by class,
-tokens, output tokens/s over the run and the last seconds, per user and per stream. The
-"LLM" tab, ``/llm/stats`` and ``PREFIX_llm.csv`` show them.
+tokens, output tokens/s over the run and the last seconds, per user and per stream, exact
+TTFT / TPOT / ITL / E2E percentiles, and a time series for the LLM tab's charts. The "LLM"
+tab, ``/llm/stats``, ``/llm/history`` and ``PREFIX_llm.csv`` show them.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from array import array
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from loadgen.results.metrics import itl_values, tpot
 from loadgen.results.records import RequestRecord
 
 # the request_type of loadgen's entries in Locust's statistics
@@ -28,6 +33,11 @@ class _Counts:
     decode_s: float = 0.0  # sum over streams of (last token - first token)
     decode_tokens: int = 0  # sum over streams of (output tokens - 1)
     failures: Counter[str] = field(default_factory=Counter)
+    # every successful request's figures (s), for exact percentiles
+    ttft: array[float] = field(default_factory=lambda: array("d"))
+    tpot: array[float] = field(default_factory=lambda: array("d"))
+    itl: array[float] = field(default_factory=lambda: array("d"))
+    e2e: array[float] = field(default_factory=lambda: array("d"))
 
     def add(self, r: RequestRecord) -> None:
         if r.error == "cancelled":
@@ -47,6 +57,20 @@ class _Counts:
         if r.first_token_at is not None and r.last_token_at is not None and r.output_tokens > 1:
             self.decode_s += r.last_token_at - r.first_token_at
             self.decode_tokens += r.output_tokens - 1
+        if r.first_token_at is not None and r.sent_at is not None:
+            self.ttft.append(r.first_token_at - r.sent_at)
+            self.itl.extend(itl_values(r).tolist())
+        if (t := tpot(r)) is not None:
+            self.tpot.append(t)
+        if r.done_at is not None and r.sent_at is not None:
+            self.e2e.append(r.done_at - r.sent_at)
+
+
+PERCENTILES = ("ttft", "tpot", "itl", "e2e")
+
+
+def _ms(values: Any, q: float) -> float | None:
+    return round(float(np.percentile(np.asarray(values), q)) * 1e3, 2) if len(values) else None
 
 
 class LiveStats:
@@ -62,6 +86,9 @@ class LiveStats:
         self._by_worker: dict[int, _Counts] = defaultdict(_Counts)
         self._total = _Counts()
         self._buckets: Counter[int] = Counter()  # whole second of the run -> tokens streamed
+        # the latest successful requests (done_at, record), for the charts' windowed figures
+        self._recent: deque[tuple[float, RequestRecord]] = deque()
+        self.history: list[dict[str, Any]] = []
 
     def add(self, r: RequestRecord) -> None:
         self._total.add(r)
@@ -69,11 +96,49 @@ class LiveStats:
         if r.ok and r.sent_at is not None:
             for offset, n in zip(r.chunk_offsets_s, r.chunk_tokens, strict=True):
                 self._buckets[int(r.sent_at + offset)] += n
+            if r.done_at is not None and r.first_token_at is not None:
+                self._recent.append((r.done_at, r))
 
     def reset(self) -> None:
         self._by_worker.clear()
         self._total = _Counts()
         self._buckets.clear()
+        self._recent.clear()
+        self.history.clear()
+
+    def sample(self, now_s: float, users: int, lag_s: float = 0.0, keep: int = 3600) -> dict[str, Any]:
+        """A point of the LLM tab's charts: users now, output tokens/s over the last
+        ``window_s`` seconds, and requests/s, TTFT p50/p99, TPOT p50 and ITL p99 over a window of
+        that length placed behind the longest recent request, so that every request that was
+        in flight in it has ended and is counted (each for the share of it inside the window:
+        users that start together do not make the rate jump with their waves)."""
+        end = now_s - lag_s
+        longest = max((done - (r.sent_at or done) for done, r in self._recent), default=0.0)
+        w_end = end - longest
+        w_start = w_end - self.window_s
+        while self._recent and self._recent[0][0] < w_start:
+            self._recent.popleft()
+        window = [r for done, r in self._recent if done <= end]
+        first = self._total.first_sent
+        span = min(self.window_s, w_end - first) if first is not None else 0.0
+        share = 0.0
+        for r in window:
+            sent, done = r.sent_at or 0.0, r.done_at or 0.0
+            if done > sent:
+                share += max(0.0, min(done, w_end) - max(sent, w_start)) / (done - sent)
+        ttft = [r.first_token_at - r.sent_at for r in window]  # type: ignore[operator]
+        tpots = [t for r in window if (t := tpot(r)) is not None]
+        itl = np.concatenate([itl_values(r) for r in window]) if window else np.empty(0)
+        point = {
+            "t": round(end, 2), "users": users,
+            "output_tok_s": round(self.recent_rate(now_s, lag_s), 1),
+            "requests_s": round(share / span, 3) if span > 0 else 0.0,
+            "ttft_p50_ms": _ms(ttft, 50), "ttft_p99_ms": _ms(ttft, 99),
+            "tpot_p50_ms": _ms(tpots, 50), "itl_p99_ms": _ms(itl, 99),
+        }
+        self.history.append(point)
+        del self.history[:-keep]
+        return point
 
     def recent_rate(self, now_s: float, lag_s: float = 0.0) -> float:
         """Tokens/s streamed in the ``window_s`` whole seconds before ``now_s - lag_s`` (fewer
@@ -112,6 +177,7 @@ def _row(name: str, c: _Counts, recent: float | None, users: int | None) -> dict
         "recent_tok_s": None if recent is None else round(recent, 1),
         "tok_s_per_user": round(recent / users, 1) if recent is not None and users else None,
         "stream_tok_s": round(c.decode_tokens / c.decode_s, 1) if c.decode_s > 0 else None,
+        **{f"{k}_{q}_ms": _ms(getattr(c, k), float(q[1:])) for k in PERCENTILES for q in ("p50", "p90", "p99")},
     }
 
 
@@ -126,6 +192,7 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("recent_tok_s", "Output tok/s (last 10 s)"),
     ("tok_s_per_user", "Output tok/s per user"),
     ("stream_tok_s", "Decode tok/s per stream"),
+    *((f"{k}_{q}_ms", f"{k.upper()} {q} (ms)") for k in PERCENTILES for q in ("p50", "p90", "p99")),
 )
 
 

@@ -103,10 +103,11 @@ def fetch_model(http: HTTPClient, url: URL, headers: dict[str, str]) -> str:
 
 def stream_request(
     http: HTTPClient, path: str, body: bytes, headers: dict[str, str], t: Timeouts, st: StreamState
-) -> tuple[FailureClass | None, str | None]:
+) -> tuple[FailureClass | None, str | None, int]:
     """Send one streaming request and read it to the end into ``st``; never raises for a
-    failed request. A ``gevent.GreenletExit`` (Locust stopping the user) propagates with
-    ``st`` filled so far.
+    failed request; returns the failure (or None, None) and the bytes of the response body
+    read. A ``gevent.GreenletExit`` (Locust stopping the user) propagates with ``st`` filled
+    so far.
     """
     limits = [x for x in (t.first_token_s, t.total_s) if x is not None]
     timer = gevent.Timeout(min(limits)) if limits else None
@@ -114,6 +115,7 @@ def stream_request(
     now = time.perf_counter_ns
     error: FailureClass | None = None
     detail: str | None = None
+    received = 0
     if timer is not None:
         timer.start()
     try:
@@ -121,17 +123,20 @@ def stream_request(
         resp = http.request("POST", path, body=body, headers=headers)
         st.status = resp.status_code
         if st.status >= 400:
-            error, detail = "http_status", error_snippet(resp.read())
+            body_read = resp.read()
+            error, detail = "http_status", error_snippet(body_read)
             st.done_ns = now()
-            return error, detail
+            return error, detail, len(body_read)
         readline = resp.readline
         while True:
             line = readline(b"\n")
             if not line:
                 rest = resp.read()  # a last line the server did not end with LF
+                received += len(rest)
                 if rest:
                     st.feed(rest, now())
                 break
+            received += len(line)
             had_token = bool(st.chunk_ns)
             if st.feed(line, now()) and st.outcome != (None, None):
                 break  # a failure: stop reading (the connection is closed, not reused)
@@ -162,4 +167,4 @@ def stream_request(
             resp.release()
     if st.done_ns is None and error is not None:
         st.done_ns = now()
-    return error, detail
+    return error, detail, received

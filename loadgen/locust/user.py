@@ -1,5 +1,6 @@
-"""loadgen's Locust user: streams the scenario's completions or chat requests and reports
-TTFT, TPOT, ITL and E2E latency as Locust entries; merges LLM metrics and records on the master.
+"""loadgen's Locust user: streams the scenario's completions or chat requests and reports each
+request to Locust once (E2E), with TTFT and TPOT rows beside it; merges LLM metrics and
+records on the master.
 
 Imported only inside a Locust process (Locust patches the standard library with gevent at
 import; ``loadgen locust`` starts that process). It shares loadgen's pure parts -- scenario
@@ -26,7 +27,7 @@ from loadgen.locust import hooks
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log, now_s
 from loadgen.locust.stats import LLM
 from loadgen.locust.transport import Workbench, open_client, stream_request
-from loadgen.results.metrics import itl_values, tpot
+from loadgen.results.metrics import tpot
 from loadgen.results.records import RequestRecord
 
 __all__ = ["LLMUser", "ScenarioSteps", "STATE", "LLMRequestFailed", "hooks"]
@@ -36,31 +37,25 @@ class LLMRequestFailed(Exception):
     """A failed request as Locust shows it: ``<failure class>: <detail>``."""
 
 
-def report(env: Environment, record: RequestRecord, elapsed_ms: float) -> None:
-    """The record as Locust request events: TTFT, TPOT, ITL (one per gap) and E2E."""
+def report(env: Environment, record: RequestRecord, elapsed_ms: float, body_bytes: int) -> None:
+    """The record in Locust's statistics: one request event per request (``E2E``: its whole
+    time, the body's bytes as its size), so Locust's RPS, failures and Response Times chart
+    count and time requests; TTFT and TPOT as rows of their own that Locust's totals leave out.
+    ITL gaps are no Locust entries (one per token would count as requests): the LLM tab shows
+    their exact percentiles from the records."""
     if record.error == "cancelled":
         return  # the run stopped it; kept in records.jsonl, not a failure of the server
-    fire = env.events.request.fire
     start = BASE_EPOCH_NS / 1e9 + (record.sent_at or 0.0)
-    if not record.ok:
-        exc = LLMRequestFailed(f"{record.error}: {(record.error_detail or '')[:160]}")
-        fire(request_type=LLM, name="E2E", response_time=elapsed_ms, response_length=record.output_tokens,
-             exception=exc, context={}, start_time=start)
-        return
-    sent = record.sent_at or 0.0
-    if record.first_token_at is not None:
-        fire(request_type=LLM, name="TTFT", response_time=(record.first_token_at - sent) * 1e3,
-             response_length=record.prompt_tokens or record.input_tokens or 0, exception=None,
-             context={}, start_time=start)
-    t = tpot(record)
-    if t is not None:
-        fire(request_type=LLM, name="TPOT", response_time=t * 1e3, response_length=record.output_tokens,
-             exception=None, context={}, start_time=start)
-    for gap, n in zip(itl_values(record), record.chunk_tokens[1:], strict=True):
-        fire(request_type=LLM, name="ITL", response_time=float(gap) * 1e3, response_length=n,
-             exception=None, context={}, start_time=start)
-    fire(request_type=LLM, name="E2E", response_time=elapsed_ms, response_length=record.output_tokens,
-         exception=None, context={}, start_time=start)
+    exc = None if record.ok else LLMRequestFailed(f"{record.error}: {(record.error_detail or '')[:160]}")
+    if record.ok:
+        sent = record.sent_at or 0.0
+        if record.first_token_at is not None:
+            # a float, as Locust's own request events log it (its annotation says int)
+            env.stats.get("TTFT", LLM).log((record.first_token_at - sent) * 1e3, 0)  # type: ignore[arg-type]
+        if (t := tpot(record)) is not None:
+            env.stats.get("TPOT", LLM).log(t * 1e3, 0)  # type: ignore[arg-type]
+    env.events.request.fire(request_type=LLM, name="E2E", response_time=elapsed_ms, response_length=body_bytes,
+                            exception=exc, context={}, start_time=start)
 
 
 class LLMUser(User):
@@ -100,14 +95,15 @@ class LLMUser(User):
         t = bench.timeouts
         st = StreamState(t.first_token_s, t.total_s)
         try:
-            error, detail = stream_request(self.http, bench.path, req.body, bench.headers, bench.timeouts, st)
+            error, detail, body_bytes = stream_request(
+                self.http, bench.path, req.body, bench.headers, bench.timeouts, st)
         except gevent.GreenletExit:
             if st.sent_ns:
                 STATE.take(st.record(req, request_id, st.sent_ns, BASE_NS, "cancelled", "run stopped"))
             raise
         record = st.record(req, request_id, st.sent_ns, BASE_NS, error, detail)
         end = st.done_ns or time.perf_counter_ns()
-        report(self.environment, record, (end - st.sent_ns) / 1e6)
+        report(self.environment, record, (end - st.sent_ns) / 1e6, body_bytes)
         STATE.take(record)
 
 

@@ -12,7 +12,7 @@ from loadgen.errors import ScenarioError, UsageError
 from loadgen.load.stream import StreamState
 from loadgen.locust.cli import LOCUSTFILE, SHAPEFILE, locust_command
 from loadgen.locust.plan import StepClock, locust_scenario, plan_for, rebase
-from loadgen.locust.stats import LiveStats, rows_csv
+from loadgen.locust.stats import CSV_COLUMNS, LiveStats, rows_csv
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import expand_cells
@@ -113,6 +113,18 @@ def test_live_stats_by_hand() -> None:
     # later, the window is the last 2 whole seconds: 12 and 13 hold nothing
     assert live.recent_rate(14.0) == 0.0
     assert rows_csv(rows).splitlines()[3].startswith('"Total",3,1,"http_status 1",5,20,')
+    # exact percentiles over the two successful requests: TTFT 200 and 500 ms, E2E 1401 and 501 ms
+    assert (total["ttft_p50_ms"], total["ttft_p99_ms"]) == (350.0, round(200 + 0.99 * 300, 2))
+    assert total["e2e_p50_ms"] == 951.0
+    # ITL: the first request's gaps 100 and 1100 ms; the second has one chunk and none. TPOT:
+    # (1400 - 200) / 2 = 600 ms and 0 (both tokens in its one chunk)
+    assert (total["itl_p50_ms"], total["tpot_p50_ms"]) == (600.0, 300.0)
+    # a chart point at 12.0: the window ends behind the longest request (1.401 s), at 10.599, and
+    # holds 0.599 s since the first send, with 0.599 / 1.401 of the first request: 1 / 1.401 req/s
+    point = live.sample(12.0, users=4)
+    assert (point["requests_s"], point["ttft_p50_ms"], point["users"]) == (round(1 / 1.401, 3), 350.0, 4)
+    assert point["output_tok_s"] == 2.5
+    assert live.history == [point]
     live.reset()
     assert live.rows(12.0, 0)[0]["requests"] == 0
 
@@ -201,7 +213,7 @@ def test_locust_command_errors(args: list[str], message: str) -> None:
 
 def test_rows_csv_quotes_names_and_leaves_missing_figures_empty() -> None:
     rows = [{"name": "Total", "requests": 1, "recent_tok_s": None}]
-    assert rows_csv(rows).splitlines()[1] == '"Total",1,,,,,,,,'
+    assert rows_csv(rows).splitlines()[1] == '"Total",1' + "," * (len(CSV_COLUMNS) - 2)
 
 
 def test_stream_state_classes_late_chunks_by_their_arrival_time() -> None:

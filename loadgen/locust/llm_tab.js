@@ -1,0 +1,131 @@
+// loadgen's additions to Locust's web UI, loaded by the start page:
+// - under the start form, the scenario the users will send (API, model, lengths);
+// - on the LLM tab, live charts of the run from /llm/history (one point every 2 s): output
+//   tokens/s, requests/s, TTFT p50/p99, TPOT p50, ITL p99 and users. Every y axis starts at 0.
+// Plain SVG, no library: the page stays usable offline.
+(function () {
+  "use strict";
+  const NS = "http://www.w3.org/2000/svg";
+  const CHARTS = [
+    {title: "Output tokens/s", unit: "tok/s", series: [["output_tok_s", "output tokens/s", "#1f77b4"]]},
+    {title: "Requests/s (completed)", unit: "req/s", series: [["requests_s", "requests/s", "#2ca02c"]]},
+    {title: "TTFT", unit: "ms", series: [["ttft_p50_ms", "p50", "#1f77b4"], ["ttft_p99_ms", "p99", "#d62728"]]},
+    {title: "TPOT p50", unit: "ms", series: [["tpot_p50_ms", "p50", "#9467bd"]]},
+    {title: "ITL p99", unit: "ms", series: [["itl_p99_ms", "p99", "#d62728"]]},
+    {title: "Users", unit: "users", series: [["users", "users", "#7f7f7f"]]},
+  ];
+
+  function el(name, attrs, text) {
+    const node = document.createElementNS(NS, name);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function niceMax(v) {
+    if (!(v > 0)) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+    return 10 * p;
+  }
+
+  function fmt(v) {
+    if (v === null || v === undefined) return "-";
+    return Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
+  }
+
+  // one chart: time (s since the first point) against the series, y from 0
+  function chart(spec, points) {
+    const W = 380, H = 190, L = 48, R = 10, T = 28, B = 26;
+    const svg = el("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "loadgen-chart"});
+    const t0 = points.length ? points[0].t : 0;
+    const tMax = Math.max(points.length ? points[points.length - 1].t - t0 : 0, 10);
+    let vMax = 0;
+    for (const [key] of spec.series) for (const p of points) if (p[key] !== null) vMax = Math.max(vMax, p[key]);
+    const yMax = niceMax(vMax * 1.05);
+    const x = t => L + (W - L - R) * (t - t0) / tMax;
+    const y = v => H - B - (H - T - B) * v / yMax;
+    const last = points.length ? points[points.length - 1] : {};
+    const now = spec.series.map(([key, name]) => `${name} ${fmt(last[key])}`).join(", ");
+    svg.appendChild(el("text", {x: L, y: 14, "font-size": 13, "font-weight": 600}, `${spec.title}`));
+    svg.appendChild(el("text", {x: W - R, y: 14, "font-size": 11, "text-anchor": "end", fill: "#555"},
+                       points.length ? `now: ${now} ${spec.unit}` : "waiting for requests"));
+    for (let i = 0; i <= 4; i++) {
+      const v = yMax * i / 4;
+      svg.appendChild(el("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#ddd"}));
+      svg.appendChild(el("text", {x: L - 4, y: y(v) + 4, "font-size": 10, "text-anchor": "end"}, fmt(v)));
+    }
+    svg.appendChild(el("text", {x: L, y: H - 6, "font-size": 10}, "0 s"));
+    svg.appendChild(el("text", {x: W - R, y: H - 6, "font-size": 10, "text-anchor": "end"}, `${tMax.toFixed(0)} s`));
+    for (const [key, , colour] of spec.series) {
+      const pts = points.filter(p => p[key] !== null).map(p => `${x(p.t).toFixed(1)},${y(p[key]).toFixed(1)}`);
+      if (pts.length) {
+        svg.appendChild(el("polyline", {points: pts.join(" "), fill: "none", stroke: colour, "stroke-width": 1.8,
+                                        class: "loadgen-series", "data-key": key}));
+      }
+    }
+    return svg;
+  }
+
+  function onLlmTab() {
+    const selected = document.querySelector("[role=tab][aria-selected=true]");
+    return selected !== null && selected.textContent.trim().toUpperCase() === "LLM";
+  }
+
+  async function drawCharts() {
+    let box = document.getElementById("loadgen-llm-charts");
+    if (!onLlmTab()) {
+      if (box) box.remove();
+      return;
+    }
+    if (!box) {
+      const tables = document.querySelectorAll("table");
+      if (!tables.length) return;
+      const table = tables[tables.length - 1];
+      const anchor = table.closest(".MuiTableContainer-root") || table.parentElement;
+      box = document.createElement("div");
+      box.id = "loadgen-llm-charts";
+      box.style.cssText = "display:flex;flex-wrap:wrap;gap:12px;margin:16px 0;";
+      anchor.insertAdjacentElement("afterend", box);
+    }
+    const data = await (await fetch("./llm/history")).json();
+    box.replaceChildren(...CHARTS.map(spec => chart(spec, data.points)));
+    box.dataset.points = String(data.points.length);
+    box.title = `each point: the last ${data.window_s} s of requests`;
+  }
+
+  async function describeScenario() {
+    const form = document.querySelector("input[name=userCount]");
+    if (!form || document.getElementById("loadgen-scenario")) return;
+    const s = await (await fetch("./llm/scenario")).json();
+    const box = document.createElement("div");
+    box.id = "loadgen-scenario";
+    box.style.cssText = "margin-top:16px;font-size:14px;line-height:1.6;";
+    const rows = [
+      ["Scenario", `${s.name} (${s.scenario})`], ["API", `${s.api} at ${s.host}`], ["Model", s.model],
+      ["Input / output", `${s.input_tokens} / ${s.output_tokens} tokens, ${s.prompts} prompts`],
+    ];
+    if (s.steps && s.steps.length > 1) rows.push(["Shape steps", `${s.steps.join(", ")} users`]);
+    for (const [k, v] of rows) {
+      const line = document.createElement("div");
+      const key = document.createElement("strong");
+      key.textContent = `${k}: `;
+      line.append(key, document.createTextNode(v));
+      box.appendChild(line);
+    }
+    const target = form.closest("form") || form.parentElement;
+    target.insertAdjacentElement("afterend", box);
+  }
+
+  async function tick() {
+    try {
+      await describeScenario();
+      await drawCharts();
+    } catch (err) {
+      // the server stopped or a page is changing: try again at the next tick
+    }
+  }
+  setInterval(tick, 2000);
+  document.addEventListener("click", () => setTimeout(tick, 100));
+  tick();
+})();
