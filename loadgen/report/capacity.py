@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from loadgen.report.layouts import ENGINE_LABELS, QUANT_LABELS, model_label
+from loadgen.report.layouts import model_label, quant_label, software_label
 from loadgen.report.tables import Table
 from loadgen.results.capacity import ERROR_RATE, QUEUE, objective_label
 from loadgen.results.summary import CellSummary, Summary
@@ -108,15 +108,13 @@ def capacity_table(summary: Summary) -> Table:
         cell = _first_probe(summary, cap)
         server = dict(cell.server) if cell is not None else {}
         server["model"] = server.get("model") or summary.model
-        quant = str(server.get("quant"))
-        engine = str(server.get("backend"))
         binds = ", ".join(objective_label(k) for k in cap["limiting_slo"] if k != QUEUE) or (
             "queue" if QUEUE in cap["limiting_slo"] else "-")
         if cap["binds_at"] is not None:
             binds += f" at {_value(cap['by'], cap['binds_at'])}"
         rows.append((
-            model_label(server) if server.get("model") else "-", ENGINE_LABELS.get(engine, engine),
-            QUANT_LABELS.get(quant, quant), *(str(cap["labels"].get(k, "-")) for k in axes),
+            model_label(server), software_label(server), quant_label(server),
+            *(str(cap["labels"].get(k, "-")) for k in axes),
             str(cap["labels"].get("input_tokens", "-")),
             str(cap["labels"].get("output_tokens", "-")),
             _value(cap["by"], cap["max_meeting_slo"]) + ("" if cap["complete"] else " (unfinished)"),

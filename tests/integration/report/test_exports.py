@@ -69,6 +69,10 @@ def test_a_declared_quantization_is_shown(start_sim: StartSim, tmp_path: Path) -
     execute(sc, tmp_path / "run")
     rows = list(csv.DictReader(io.StringIO(report(tmp_path / "run", "--table", "throughput", "--format", "csv"))))
     assert [(r["Model"], r["Quantization"]) for r in rows] == [("loadgen-sim", "AWQ")]
+    # one cell: no sweep to plot, but its distributions and its requests over time
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "--plot"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.png")) == ["distributions.png", "timeline.png"]
 
 
 def test_every_table_in_every_format(url_run: Path) -> None:
