@@ -60,7 +60,8 @@ def software_label(server: dict[str, Any]) -> str:
 
 AXIS_TITLES: dict[str, str] = {
     "input_tokens": "Input Length", "output_tokens": "Output Length", "concurrency": "Concurrency",
-    "rate": "Request Rate", "schedule": "Schedule", "workload": "Workload",
+    "rate": "Request Rate", "schedule": "Schedule", "workload": "Workload", "backend": "Engine",
+    "engine": "Engine", "model": "Model", "quant": "Quantization",
 }
 NOT_AXES = ("num_prompts",)
 
@@ -238,7 +239,7 @@ class ThroughputRow:
 def throughput_rows(summary: Summary) -> list[ThroughputRow]:
     rows = []
     cells = list(summary.cells)
-    axes = varying_axes(cells)
+    axes = [k for k in varying_axes(cells) if k not in ("model", "quant")]  # columns of their own
     for cell in cells:
         server, m = cell.server, cell.metrics
         rows.append(ThroughputRow(

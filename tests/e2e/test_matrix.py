@@ -75,8 +75,13 @@ def test_reduced_grid_on_two_engines_renders_the_published_tables(tmp_path: Path
 
     tput = loadgen("report", str(run_dir), "--table", "throughput", "--format", "rst")
     grid = parse_grid(next(b for b in tput.stdout.split("\n\n") if b.startswith("+")))
-    assert grid.headers == ("Model", "Quantization", "# Prompts", "QPS", "Tokens/s", "Output Tokens/s")
-    assert grid.cells[0][3] == f"{cells[0]['metrics']['request_throughput']:.2f}"
+    # the rows differ by input length and engine: a column each, so that they can be told apart
+    assert grid.headers == (
+        "Model", "Quantization", "Input Length", "Engine", "# Prompts", "QPS", "Tokens/s", "Output Tokens/s",
+    )
+    assert [row[2:4] for row in grid.cells] == [("16", "transformers"), ("256", "transformers"), ("16", "vllm"),
+                                                ("256", "vllm")]
+    assert grid.cells[0][5] == f"{cells[0]['metrics']['request_throughput']:.2f}"
 
     cmp = loadgen("compare", str(run_dir), "--baseline", str(run_dir))
     assert cmp.returncode == 0, cmp.stderr
