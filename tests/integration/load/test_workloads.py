@@ -88,7 +88,9 @@ def test_a_ramp_up_sends_at_the_rate_of_its_schedule(start_sim: StartSim, tmp_pa
     sent -= sent[0]
     # rate of request i is 20 + 50 * i / 89; request i+1 follows 1 / rate(i+1) after it
     expected = np.concatenate(([0.0], np.cumsum([1 / ramp_rate("linear", 20, 70, i, 90) for i in range(1, 90)])))
-    assert np.max(np.abs(sent - expected)) < 0.002
+    # each send within 5 ms of its place on the ramp (the gaps are 14 to 50 ms; a 2-core machine
+    # running the whole suite has woken the client 2.6 ms late)
+    assert np.max(np.abs(sent - expected)) < 0.005
     # per whole second, the count of sends against the ramp's rate there (within 5%)
     for second in range(int(expected[-1])):
         got = int(np.sum((sent >= second) & (sent < second + 1)))
