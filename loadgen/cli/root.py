@@ -37,30 +37,37 @@ def _usage_name(param: TyperArgument) -> Callable[[], str]:
     return name
 
 
-class Command(TyperCommand):
-    """A loadgen command: plain metavars in its help (the --help flag's included)."""
+class _PlainHelp:
+    """Plain metavars in a command's help, the --help flag's included."""
+
+    params: list[Any]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _plain_metavars(self.params)
 
     def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
+        option = super().get_help_option(ctx)  # type: ignore[misc]
         _plain_metavars([option])
         return option
 
 
-class Group(TyperGroup):
-    """The root and ``bench``: plain metavars, as :class:`Command`."""
+class Command(_PlainHelp, TyperCommand):
+    """A loadgen command."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _plain_metavars(self.params)
 
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
-        _plain_metavars([option])
-        return option
+class Group(_PlainHelp, TyperGroup):
+    """The root and ``bench``."""
+
+
+# ``--set``, as every command that reads a scenario takes it
+Overrides = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", metavar="KEY=VALUE",
+        help="override a scenario key (repeatable), e.g. --set load.concurrency=[1,8] --set seed=1",
+    ),
+]
 
 
 app = typer.Typer(

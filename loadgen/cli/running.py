@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from loadgen.cli.console import err, handles_errors, out, print_summary, print_text
-from loadgen.cli.root import Command, Group, app
+from loadgen.cli.root import Command, Group, Overrides, app
 from loadgen.errors import AbortedError, TargetError, UsageError
 from loadgen.report.summary import render_markdown
 
@@ -40,12 +40,7 @@ def run(
     out_dir: Annotated[
         Path | None, typer.Option("--out", metavar="DIR", help="run directory (default runs/NAME-TIME)")
     ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option(
-            "--set", metavar="KEY=VALUE",
-            help="override a scenario key (repeatable), e.g. --set load.concurrency=[1,8] --set seed=1",
-        )
-    ] = None,
+    overrides: Overrides = None,
     resume: Annotated[
         Path | None,
         typer.Option("--resume", metavar="RUN_DIR", help="continue this run directory, skipping finished cells"),

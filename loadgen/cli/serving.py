@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from loadgen.cli.console import err, handles_errors, out, print_text
-from loadgen.cli.root import Command, app
+from loadgen.cli.root import Command, Overrides, app
 from loadgen.errors import LaunchError, UsageError
 
 
@@ -294,12 +294,7 @@ def locust(
         str | None, typer.Option("--scenario", metavar="FILE",
                                  help="the scenario (required): workload, API, timeouts, e.g. scenarios/chat.yaml")
     ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option(
-            "--set", metavar="KEY=VALUE",
-            help="override a scenario key (repeatable), e.g. --set workload.output_tokens=256",
-        )
-    ] = None,
+    overrides: Overrides = None,
     step_time: Annotated[
         float | None, typer.Option("--step-time", metavar="SECONDS",
                                    help="with --shape: seconds per step (default: load.duration_s, else 60)")

@@ -6,6 +6,7 @@ tab, ``/llm/stats``, ``/llm/history`` and ``PREFIX_llm.csv`` show them.
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
@@ -33,11 +34,15 @@ class _Counts:
     decode_s: float = 0.0  # sum over streams of (last token - first token)
     decode_tokens: int = 0  # sum over streams of (output tokens - 1)
     failures: Counter[str] = field(default_factory=Counter)
-    # every successful request's figures (s), for exact percentiles
+    # every successful request's figures (s), for exact percentiles: kept for the total only
+    # (a worker's row would hold the same values a second time)
+    keep_values: bool = False
     ttft: array[float] = field(default_factory=lambda: array("d"))
     tpot: array[float] = field(default_factory=lambda: array("d"))
     itl: array[float] = field(default_factory=lambda: array("d"))
     e2e: array[float] = field(default_factory=lambda: array("d"))
+    # the last percentiles: (value counts, figures, when computed, how long that took in s)
+    cached: tuple[tuple[int, ...], dict[str, float | None], float, float] | None = None
 
     def add(self, r: RequestRecord) -> None:
         if r.error == "cancelled":
@@ -57,6 +62,8 @@ class _Counts:
         if r.first_token_at is not None and r.last_token_at is not None and r.output_tokens > 1:
             self.decode_s += r.last_token_at - r.first_token_at
             self.decode_tokens += r.output_tokens - 1
+        if not self.keep_values:
+            return
         if r.first_token_at is not None and r.sent_at is not None:
             self.ttft.append(r.first_token_at - r.sent_at)
             self.itl.extend(itl_values(r).tolist())
@@ -69,8 +76,32 @@ class _Counts:
 PERCENTILES = ("ttft", "tpot", "itl", "e2e")
 
 
+QUANTILES = (50, 90, 99)
+
+
 def _ms(values: Any, q: float) -> float | None:
     return round(float(np.percentile(np.asarray(values), q)) * 1e3, 2) if len(values) else None
+
+
+def percentiles(c: _Counts) -> dict[str, float | None]:
+    """``ttft_p50_ms`` ... ``e2e_p99_ms``: exact, over every value kept (none for a worker's
+    row); each metric read in place and partitioned once for its three quantiles."""
+    key = tuple(len(getattr(c, k)) for k in PERCENTILES)
+    now = time.monotonic()
+    if c.cached is not None:
+        old_key, old_out, at, cost = c.cached
+        # nothing new since the last poll (a stopped run, a second browser tab), or a run so
+        # long that sorting its values again now would take more than 5% of the master's time
+        if old_key == key or now - at < 20 * cost:
+            return old_out
+    out: dict[str, float | None] = {}
+    for k in PERCENTILES:
+        values = getattr(c, k)
+        qs = np.percentile(np.frombuffer(values, dtype=np.float64), QUANTILES) if len(values) else [None] * 3
+        out |= {f"{k}_p{q}_ms": None if v is None else round(float(v) * 1e3, 2)
+                for q, v in zip(QUANTILES, qs, strict=True)}
+    c.cached = (key, out, now, time.monotonic() - now)
+    return out
 
 
 class LiveStats:
@@ -84,7 +115,7 @@ class LiveStats:
     def __init__(self, window_s: float = 10.0) -> None:
         self.window_s = window_s
         self._by_worker: dict[int, _Counts] = defaultdict(_Counts)
-        self._total = _Counts()
+        self._total = _Counts(keep_values=True)
         self._buckets: Counter[int] = Counter()  # whole second of the run -> tokens streamed
         # the latest successful requests (done_at, record), for the charts' windowed figures
         self._recent: deque[tuple[float, RequestRecord]] = deque()
@@ -101,7 +132,7 @@ class LiveStats:
 
     def reset(self) -> None:
         self._by_worker.clear()
-        self._total = _Counts()
+        self._total = _Counts(keep_values=True)
         self._buckets.clear()
         self._recent.clear()
         self.history.clear()
@@ -177,7 +208,7 @@ def _row(name: str, c: _Counts, recent: float | None, users: int | None) -> dict
         "recent_tok_s": None if recent is None else round(recent, 1),
         "tok_s_per_user": round(recent / users, 1) if recent is not None and users else None,
         "stream_tok_s": round(c.decode_tokens / c.decode_s, 1) if c.decode_s > 0 else None,
-        **{f"{k}_{q}_ms": _ms(getattr(c, k), float(q[1:])) for k in PERCENTILES for q in ("p50", "p90", "p99")},
+        **percentiles(c),
     }
 
 
@@ -192,7 +223,7 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("recent_tok_s", "Output tok/s (last 10 s)"),
     ("tok_s_per_user", "Output tok/s per user"),
     ("stream_tok_s", "Decode tok/s per stream"),
-    *((f"{k}_{q}_ms", f"{k.upper()} {q} (ms)") for k in PERCENTILES for q in ("p50", "p90", "p99")),
+    *((f"{k}_p{q}_ms", f"{k.upper()} p{q} (ms)") for k in PERCENTILES for q in QUANTILES),
 )
 
 
