@@ -122,17 +122,20 @@ class _State:
     def rows(self, users: int | None = None) -> list[dict[str, Any]]:
         """The LLM table now; ``users`` defaults to the users running now (after a stop, the
         peak the run had, so the per-user figure stays meaningful)."""
-        runner = self.env.runner if self.env is not None else None
-        lag = REPORT_LAG_S if isinstance(runner, MasterRunner) else 0.0
-        if users is None:
-            users = (runner.user_count if runner is not None else 0) or self.peak_users
-        return self.live.rows(now_s(), users, lag)
+        running, lag = self._view()
+        return self.live.rows(now_s(), (running or self.peak_users) if users is None else users, lag)
 
     def sample(self) -> dict[str, Any]:
         """A point of the LLM tab's charts, now."""
+        running, lag = self._view()
+        return self.live.sample(now_s(), running, lag)
+
+    def _view(self) -> tuple[int, float]:
+        """The users running now, and how late this process sees records (a master: a
+        worker's report interval)."""
         runner = self.env.runner if self.env is not None else None
         lag = REPORT_LAG_S if isinstance(runner, MasterRunner) else 0.0
-        return self.live.sample(now_s(), runner.user_count if runner is not None else 0, lag)
+        return (runner.user_count if runner is not None else 0), lag
 
     def describe(self, host: str | None) -> dict[str, Any]:
         """What the start page shows under its form: the scenario's API, model and lengths."""

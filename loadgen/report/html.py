@@ -16,7 +16,7 @@ from typing import Any
 
 from loadgen.report.capacity import plot_capacity
 from loadgen.report.plots import write_plots
-from loadgen.report.summary import COLUMNS, LATENCIES, console_lines, params_text
+from loadgen.report.summary import COLUMNS, console_lines, latency_rows, params_text
 from loadgen.report.tables import Table
 from loadgen.report.views import published_tables
 from loadgen.results.rundir import PROVENANCE, read_json
@@ -107,13 +107,8 @@ def _cell_sections(summary: Summary) -> str:
         if cell.metrics is None:
             parts.append(f"<h3>{_e(title)}</h3><p>{_e(cell.status)}: {_e(cell.reason)}</p>")
             continue
-        rows = []
-        for key, label in LATENCIES:
-            if key == "ttft_from_schedule_s" and not cell.open_loop:
-                continue
-            dist = getattr(cell.metrics, key)
-            rows.append((label, *("-" if (v := dist.get(c)) is None else f"{v * 1e3:.2f}" for c in COLUMNS)))
-        table = Table(("ms", *COLUMNS), tuple(rows), title=title)
+        rows = tuple(tuple(r) for r in latency_rows(cell))
+        table = Table(("ms", *COLUMNS), rows, title=title)
         parts.append(table_html(table, "latency"))
     return "".join(parts)
 

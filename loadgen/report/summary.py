@@ -26,11 +26,11 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1e3:.2f}"
 
 
-def _num(v: float | None, digits: int = 2) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
+def _num(v: float | None, digits: int = 2, sep: str = ",") -> str:
+    return "-" if v is None else f"{v:{sep}.{digits}f}"
 
 
-def _latency_rows(cell: CellSummary) -> list[list[str]]:
+def latency_rows(cell: CellSummary) -> list[list[str]]:
     m = cell.metrics
     assert m is not None
     rows = []
@@ -124,7 +124,7 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
         table.add_column("ms", style="bold")
         for c in COLUMNS:
             table.add_column(c, justify="right")
-        for row in _latency_rows(cell):
+        for row in latency_rows(cell):
             table.add_row(*row)
         out.append(table)
         out.append(_throughput_line(cell.metrics) + _cache_text(cell))
@@ -153,8 +153,9 @@ def _rich(table: Table) -> RichTable:
     return out
 
 
-def sweep_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
-    """The sweep: a row per measured cell; matrix axes the cells differ by get a column each."""
+def sweep_rows(summary: Summary, sep: str = ",") -> tuple[list[str], list[list[str]]]:
+    """The sweep: a row per measured cell; matrix axes the cells differ by get a column each;
+    ``sep``: the thousands separator of the figures (none in exported tables)."""
     fixed = ("input_tokens", "output_tokens", "concurrency", "rate")
     extra = [k for k in varying_axes(list(summary.measured)) if k not in fixed]
     headers = [
@@ -169,7 +170,8 @@ def sweep_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
             *(axis_value(p.get(k)) for k in extra),
             str(p["input_tokens"]), str(p["output_tokens"]), str(p["concurrency"]),
             "-" if p["rate"] is None else f"{p['rate']:g}",
-            _num(m.request_throughput, 3), _num(m.output_throughput, 1), _num(m.total_token_throughput, 1),
+            _num(m.request_throughput, 3, sep), _num(m.output_throughput, 1, sep),
+            _num(m.total_token_throughput, 1, sep),
             _ms(m.ttft_s.p50), _ms(m.ttft_s.p99), _ms(m.tpot_s.p50), _ms(m.itl_s.p50), _ms(m.itl_s.p99),
             str(m.failed),
             "-" if cell.server_prefix_cache_hit_rate is None else f"{cell.server_prefix_cache_hit_rate:.1%}",
@@ -178,10 +180,9 @@ def sweep_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
 
 
 def sweep_table(summary: Summary) -> Table:
-    headers, rows = sweep_rows(summary)
     # exported figures carry no thousands separators (a CSV reader would split them)
-    body = tuple(tuple(c.replace(",", "") for c in r) for r in rows)
-    return Table(tuple(headers), body, title=f"- {summary.scenario}: sweep")
+    headers, rows = sweep_rows(summary, sep="")
+    return Table(tuple(headers), tuple(tuple(r) for r in rows), title=f"- {summary.scenario}: sweep")
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -202,7 +203,7 @@ def render_markdown(summary: Summary) -> str:
         if cell.metrics is None:
             parts += [f"{cell.status}: {cell.reason}", ""]
             continue
-        parts += [_md_table(["ms", *COLUMNS], _latency_rows(cell)), ""]
+        parts += [_md_table(["ms", *COLUMNS], latency_rows(cell)), ""]
         parts += [_throughput_line(cell.metrics) + _cache_text(cell), ""]
         parts += [f"**Warning**: {w}" for w in cell.warnings] + ([""] if cell.warnings else [])
     if summary.capacity:
