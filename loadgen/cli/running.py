@@ -58,13 +58,13 @@ def run(
     ] = None,
 ) -> None:
     """Run a scenario: measure, write a run directory, print the tables."""
+    from loadgen.engines.preflight import check_models
     from loadgen.load.run import execute
     from loadgen.report.progress import ProgressObserver
     from loadgen.report.views import published_tables, render_tables
     from loadgen.results.rundir import default_run_dir
     from loadgen.scenario.loader import load_scenario, parse_scenario
     from loadgen.scenario.overrides import search_overrides
-    from loadgen.servers.catalogue import check_models
 
     flags = {"load.concurrency": concurrency, "load.rate": rate, "workload.input_tokens": input_len,
              "workload.output_tokens": output_len, "workload.num_prompts": num_prompts, "target.api": api,

@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import psutil
 
+from loadgen.engines.registry import metric_names
 from loadgen.errors import TargetError
-from loadgen.results.probes import parse_metrics
+from loadgen.results.probes import MetricNames, parse_metrics
 from loadgen.servers.gpus import nvml
 
 
@@ -76,6 +77,10 @@ class GpuSampler:
         self._thread.join(timeout=5)
 
 
+# every engine's metric names, and loadgen's own
+KNOWN = MetricNames.of(metric_names())
+
+
 class MetricsScraper:
     """Scrapes a server's ``/metrics`` (beside ``base_url``'s ``/v1``); a server without one
     (404, not Prometheus text) is scraped once and then left alone."""
@@ -101,7 +106,7 @@ class MetricsScraper:
             return None
         try:
             resp = await self._http.get(self.url)
-            values = parse_metrics(resp.text) if resp.status_code == 200 else None
+            values = parse_metrics(resp.text, KNOWN) if resp.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             values = None
         if values is None or not any(values.values()):

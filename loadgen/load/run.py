@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from loadgen.engines.preflight import check_models
 from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.load.cell import AbortRule, calibrate, measure_window, warmup
 from loadgen.load.client import StreamingClient
@@ -57,7 +58,6 @@ from loadgen.results.rundir import (
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.matrix import Cell, expand_cells, search_lines
 from loadgen.scenario.schema import Scenario
-from loadgen.servers.catalogue import check_models
 from loadgen.servers.cpus import pin, split_cores, usable_cores
 from loadgen.servers.launch import STOP_SIGNALS, LaunchedServer, hangup_interrupts, tail
 from loadgen.workload.payload import api_key

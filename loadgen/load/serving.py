@@ -14,17 +14,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadgen.engines.build import build_spec, launch_spec
+from loadgen.engines.preflight import engine_info, prepare
+from loadgen.engines.registry import SIM, backend_of, engine_named
+from loadgen.engines.spec import EngineSpec
 from loadgen.errors import UsageError
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import PROVENANCE, write_json
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.redact import redact_url
 from loadgen.scenario.schema import Scenario
-from loadgen.servers.commands import launch_spec
 from loadgen.servers.cpus import cores_text, listener_cores, pin, split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, free_port, shell_line, sim_spec, tail
-from loadgen.servers.preflight import engine_info, prepare
-from loadgen.servers.spec import EngineSpec, build_spec
 
 
 def group_cells(cells: list[Cell], *, launched: bool) -> list[list[Cell]]:
@@ -54,13 +55,10 @@ def engine_spec(point: Scenario, cpus: tuple[int, ...] = ()) -> EngineSpec:
     unlimited = len(sweep) < len(point.load.concurrency)
     if (search := point.load.search) is not None and search.by == "concurrency":
         sweep, unlimited = [int(search.max)], False
-    slots = serve.slots or max([*sweep, point.workload.num_prompts if unlimited else 1])
-    return build_spec(
-        serve.model, backend=serve.engine, device=serve.device, quant=serve.quant, setting=serve.setting,
-        tp=serve.tp, pp=serve.pp, gpus=serve.gpus, host=serve.host, port=serve.port or free_port(serve.host),
-        kv_cache_dtype=serve.kv_cache_dtype, load_format=serve.load_format, attn=serve.attn, slots=slots,
-        extra_args=serve.extra_args, cpus=cpus, load_in=serve.load_in, grad_mode=serve.grad_mode,
-    )
+    update: dict[str, Any] = {"port": serve.port or free_port(serve.host)}
+    if serve.slots is None and "slots" in engine_named(serve.backend).options:
+        update["slots"] = max([*sweep, point.workload.num_prompts if unlimited else 1])
+    return build_spec(serve.model_copy(update=update), cpus)
 
 
 def spec_summary(spec: EngineSpec) -> dict[str, Any]:
@@ -85,17 +83,17 @@ def launch_target(
     """Start the simulator or engine of a point's ``serve:`` block, logging to ``log_path``;
     ``cpus``: the cores it gets when it runs on CPU here (the simulator always does)."""
     assert point.serve is not None
-    if point.serve.engine == "sim":
+    if point.serve.backend == SIM:
         launch = replace(sim_spec(point.serve), cpus=cpus)
-        info: dict[str, Any] = {"backend": "sim", "argv": list(launch.argv)}
+        info: dict[str, Any] = {"backend": SIM, "argv": list(launch.argv)}
     else:
         spec = engine_spec(point, cpus)
         launch = launch_spec(spec)
         if point.serve.ready_timeout_s is not None:
             launch = replace(launch, ready_timeout_s=point.serve.ready_timeout_s)
-        if point.load.reset_cache == "between-cells" and spec.backend == "vllm":
-            # vLLM serves POST /reset_prefix_cache only in its development mode
-            launch = replace(launch, env={**launch.env, "VLLM_SERVER_DEV_MODE": "1"})
+        if point.load.reset_cache == "between-cells":
+            # what the engine needs to serve POST /reset_prefix_cache
+            launch = replace(launch, env={**launch.env, **engine_named(spec.backend).reset_cache_env})
         info = prepare(spec, launch, force=point.serve.force)
         info["spec"] = spec_summary(spec)
     info["log"] = log_path.name
@@ -112,7 +110,7 @@ def launch_target(
 
     base_url = server.start(on_spawn=spawned)
     info["ready_s"] = round(time.monotonic() - t, 3)
-    if launch.name != "sim":
+    if launch.name != SIM:
         info["engine"] = engine_info(base_url)
     write_json(log_path.parent / PROVENANCE, provenance)
     message(f"{launch.name} ready at {base_url} in {info['ready_s']:.1f} s (log: {log_path})")
@@ -128,8 +126,8 @@ def describe_server(point: Scenario, info: dict[str, Any]) -> dict[str, Any]:
                 "quant": point.target.quant}
     out: dict[str, Any] = {
         # an engine's spec says its dtype or quantization; the simulator has none unless declared
-        "backend": serve.engine, "model": serve.model,
-        "quant": serve.quant or point.target.quant or (None if serve.engine == "sim" else "bf16"),
+        "backend": backend_of(serve.backend), "model": serve.model,
+        "quant": serve.quant or point.target.quant or (None if serve.backend == SIM else "bf16"),
         "setting": serve.setting, "launched": True, "tp": serve.tp or 1, "attn": serve.attn,
         "load_in": serve.load_in, "grad_mode": serve.grad_mode,
     }

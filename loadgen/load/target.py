@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from loadgen.engines.catalogue import resolve_model
 from loadgen.errors import TargetError, UsageError
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import Scenario
-from loadgen.servers.catalogue import resolve_model
 from loadgen.workload import datasets
 from loadgen.workload.payload import ENDPOINTS
 

@@ -11,19 +11,18 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from loadgen.engines.catalogue import load_catalogue, resolve_setting
+from loadgen.engines.registry import ENGINES, SIM, engine_of_server
 from loadgen.report.tables import Table
 from loadgen.results.summary import CellSummary, Distribution, Summary
-from loadgen.servers.catalogue import load_catalogue, resolve_setting
-from loadgen.servers.spec import ENGINE_LABELS as ENGINES_AS_WRITTEN
 
 QUANT_LABELS: dict[str, str] = {
     "bf16": "BF16", "fp16": "FP16", "fp32": "FP32", "gptq-int8": "GPTQ-Int8", "gptq-int4": "GPTQ-Int4",
     "awq": "AWQ", "fp8": "FP8", "auto": "Auto",
 }
 # the cross-engine comparison's Software column, and the speed tables' engine word
-SOFTWARE_LABELS: dict[str, str] = {**ENGINES_AS_WRITTEN, "sim": "loadgen sim"}
-ENGINE_LABELS: dict[str, str] = {**SOFTWARE_LABELS, "transformers": "Transformer"}
-PREALLOCATING = ("vllm", "sglang", "tgi")
+SOFTWARE_LABELS: dict[str, str] = {**{e.name: e.label for e in ENGINES}, SIM: "loadgen sim"}
+ENGINE_LABELS: dict[str, str] = {**SOFTWARE_LABELS, **{e.name: e.word for e in ENGINES}}
 GIB = float(1 << 30)
 
 
@@ -93,7 +92,7 @@ def cell_memory(cell: CellSummary) -> tuple[float | None, str]:
     peak = ((cell.server_metrics or {}).get("engine_peak_allocated_bytes") or {}).get("max")
     if server.get("device") == "cpu":
         return None, "n/a (CPU)"
-    if server.get("backend") == "transformers" and peak:
+    if (engine := engine_of_server(server)) is not None and engine.reports_peak_memory and peak:
         return peak / GIB, ""
     if gpu.get("available"):
         return float(gpu["peak_gib_total"]), ""
@@ -208,7 +207,8 @@ def single_stream_tables(summary: Summary, *, spread: bool = False) -> list[Tabl
         if any(s != "default" for s in settings):
             notes = [setting_footnote(s, server.get("model")) for s in ["default", *settings] if s]
             notes = list(dict.fromkeys(notes))
-        if engine in PREALLOCATING and any(c.server.get("device") != "cpu" for _, c in items):
+        declared = engine_of_server(server)
+        if declared is not None and declared.preallocates and any(c.server.get("device") != "cpu" for _, c in items):
             kv = [
                 (c.server_metrics or {}).get("kv_cache_usage", {}).get("max") for _, c in items
             ]
@@ -348,14 +348,8 @@ def settings_lines(server: dict[str, Any]) -> tuple[str, ...]:
     """The cross-engine comparison's Settings column: the dtype / quantization and each engine
     option that differs from a plain run."""
     lines = [quant_label(server)]
-    if server.get("backend") in ("vllm", "sglang"):
-        lines.append(f"tensor_parallel_size={server.get('tp', 1)}")
-    if server.get("backend") == "transformers":
-        if server.get("load_in"):
-            lines.append(f"load_in_{server['load_in']}=True")
-        lines.append(f"torch.{server.get('grad_mode') or 'inference_mode'}()")
-        if server.get("attn"):
-            lines.append(f"attn_implementation={server['attn']}")
+    if (engine := engine_of_server(server)) is not None:
+        lines += engine.settings(server)
     if server.get("setting") not in (None, "default"):
         lines.append(f"Setting {server['setting']}")
     if server.get("device") == "cpu":

@@ -13,10 +13,13 @@ and the summaries are computed from those lines alone, so ``loadgen report`` re-
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,40 +30,47 @@ from loadgen.errors import RunDirError
 PROBES = "probes.jsonl"
 GIB = float(1 << 30)
 
-# what loadgen reports -> the metric names engines use for it (vLLM v1 and v0, SGLang, TGI, loadgen)
-GAUGES: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size",
-                "llamacpp:requests_processing", "loadgen_sim_requests_running"),
-    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size",
-                "llamacpp:requests_deferred", "loadgen_sim_requests_waiting"),
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+# what loadgen reports, by kind; each engine declares its own names for them (``Engine.metrics``)
+GAUGES: tuple[str, ...] = ("running", "waiting", "kv_cache_usage", "engine_peak_allocated_bytes",
+                           "prefix_cache_hit_rate")
+COUNTERS: tuple[str, ...] = ("preemptions", "prompt_tokens", "generation_tokens", "prefix_cache_queries",
+                             "prefix_cache_hits")
+HISTOGRAMS: tuple[str, ...] = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
+# loadgen's own servers' names: the simulator's, and its transformers and CTranslate2 engines'
+OWN_NAMES: dict[str, tuple[str, ...]] = {
+    "running": ("loadgen_sim_requests_running",), "waiting": ("loadgen_sim_requests_waiting",),
     "engine_peak_allocated_bytes": ("loadgen_engine_peak_allocated_bytes",),
-    # SGLang reports its radix cache's hit rate as a gauge (vLLM v0 did too, per GPU)
-    "prefix_cache_hit_rate": ("sglang:cache_hit_rate", "vllm:gpu_prefix_cache_hit_rate"),
-}
-COUNTERS: dict[str, tuple[str, ...]] = {
-    "preemptions": ("vllm:num_preemptions", "vllm:num_preemptions_total"),
-    "prompt_tokens": ("vllm:prompt_tokens", "sglang:prompt_tokens", "vllm:prompt_tokens_total"),
-    "generation_tokens": ("vllm:generation_tokens", "sglang:generation_tokens", "vllm:generation_tokens_total"),
-    # vLLM v1: prompt tokens looked up in the prefix cache, and those found there
-    "prefix_cache_queries": ("vllm:prefix_cache_queries", "loadgen_sim_prefix_cache_queries"),
-    "prefix_cache_hits": ("vllm:prefix_cache_hits", "loadgen_sim_prefix_cache_hits"),
-}
-HISTOGRAMS: dict[str, tuple[str, ...]] = {
-    "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
-    "tpot_s": ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds",
-               "sglang:time_per_output_token_seconds"),
-    "itl_s": ("vllm:inter_token_latency_seconds", "sglang:inter_token_latency_seconds"),
-    "e2e_s": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"),
+    "prefix_cache_queries": ("loadgen_sim_prefix_cache_queries",),
+    "prefix_cache_hits": ("loadgen_sim_prefix_cache_hits",),
 }
 
 
-_KNOWN = tuple(sorted({n for names in (*GAUGES.values(), *COUNTERS.values(), *HISTOGRAMS.values()) for n in names}))
+@dataclass(frozen=True)
+class MetricNames:
+    """loadgen's metric name -> the Prometheus names that report it, in the order tried."""
+
+    names: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def of(cls, *tables: Mapping[str, tuple[str, ...]]) -> MetricNames:
+        merged: dict[str, tuple[str, ...]] = {}
+        for table in (OWN_NAMES, *tables):
+            for key, names in table.items():
+                if key not in (*GAUGES, *COUNTERS, *HISTOGRAMS):
+                    raise ValueError(f"metric {key!r}: loadgen reports {', '.join((*GAUGES, *COUNTERS, *HISTOGRAMS))}")
+                merged[key] = (*merged.get(key, ()), *names)
+        return cls(merged)
+
+    @functools.cached_property
+    def prefixes(self) -> tuple[str, ...]:
+        return tuple(sorted({n for names in self.names.values() for n in names}))
+
+
 _LE = re.compile(r'le="([^"]*)"')
 
 
-def parse_metrics(text: str) -> dict[str, Any]:
-    """The metrics loadgen knows from a Prometheus text page, each summed over its label sets.
+def parse_metrics(text: str, known: MetricNames) -> dict[str, Any]:
+    """The metrics of ``known`` from a Prometheus text page, each summed over its label sets.
 
     Returns ``{"gauges": {name: v}, "counters": {name: v}, "histograms": {name: {"buckets":
     [[le, cumulative count], ...], "sum": s, "count": n}}}`` keyed by loadgen's names.
@@ -73,7 +83,7 @@ def parse_metrics(text: str) -> dict[str, Any]:
     values: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {}
     for line in text.splitlines():
-        if not line.startswith(_KNOWN):
+        if not line.startswith(known.prefixes):
             continue
         if "{" in line:
             name, _, after = line.partition("{")
@@ -98,14 +108,17 @@ def parse_metrics(text: str) -> dict[str, Any]:
         return next((values[n + suffix] for n in names if n + suffix in values), None)
 
     out: dict[str, Any] = {"gauges": {}, "counters": {}, "histograms": {}}
-    for key, names in GAUGES.items():
-        if (v := first(names)) is not None:
+    table = known.names
+    for key in GAUGES:
+        if (v := first(table.get(key, ()))) is not None:
             out["gauges"][key] = v
-    for key, names in COUNTERS.items():
+    for key in COUNTERS:
+        names = table.get(key, ())
         v = first(names, "_total") if first(names, "_total") is not None else first(names)
         if v is not None:
             out["counters"][key] = v
-    for key, names in HISTOGRAMS.items():
+    for key in HISTOGRAMS:
+        names = table.get(key, ())
         hist = next((n for n in names if n in buckets), None)
         if hist is not None:
             out["histograms"][key] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from loadgen.scenario.serve import Serve
 from loadgen.scenario.shapes import (
     Dataset,
     Lengths,
@@ -265,119 +266,6 @@ class Slo(_Model):
     ttft_ms: float | None = Field(None, gt=0)
     tpot_ms: float | None = Field(None, gt=0)
     e2e_ms: float | None = Field(None, gt=0)
-
-
-# what `loadgen sim` can inject, by kind
-FAULTS: dict[str, str] = {
-    "http_429": "429 Too Many Requests with Retry-After, before any token",
-    "http_500": "500 Internal Server Error, before any token",
-    "http_503": "503 Service Unavailable with Retry-After, before any token",
-    "reset": "the connection reset (RST) before the response headers",
-    "stream_cut": "the connection reset halfway through the tokens (no end of body)",
-    "stall": "no chunk for stall_s seconds halfway through, then the rest",
-    "malformed_json": "a chunk of broken JSON halfway through",
-    "missing_prefix": "every token chunk sent without its 'data:' prefix, then [DONE]",
-    "no_done": "a complete stream (finish_reason set) that ends without [DONE]",
-    "usage_mismatch": "a final usage chunk claiming one token more than the chunks carried",
-    "slow_ttft": "the first token slow_ttft_s seconds later than configured",
-}
-
-
-class SimOptions(_Model):
-    ttft_ms: float = Field(50.0, ge=0)
-    itl_ms: float = Field(10.0, ge=0)
-    tokens_per_chunk: int = Field(1, ge=1)
-    max_model_len: int = Field(1_000_000, ge=2)
-    # injected faults by kind -> rate (see `loadgen sim --help`), and their parameters
-    faults: dict[str, float] = Field(default_factory=dict)
-    fault_seed: int = 0
-    stall_s: float = Field(2.0, gt=0)
-    slow_ttft_ms: float = Field(500.0, ge=0)
-    crash_after: int | None = Field(None, ge=1)
-    # require this variable's value as the bearer token (the simulator reads it from its environment)
-    api_key_env: str | None = None
-    # the first N tokens of a chat answer stream as thinking (delta.reasoning_content)
-    reasoning_tokens: int = Field(0, ge=0)
-    # request fields the simulator refuses with 400 (as strict servers refuse ignore_eos)
-    reject_params: tuple[str, ...] = ()
-    # capacity: at most max_seqs served at once (the rest queue); ITL grows by itl_per_seq_us
-    # per other request served; the first token waits prefill_per_token_us per prompt token
-    max_seqs: int | None = Field(None, ge=1)
-    itl_per_seq_us: float = Field(0.0, ge=0)
-    prefill_per_token_us: float = Field(0.0, ge=0)
-
-    @model_validator(mode="after")
-    def _check_faults(self) -> SimOptions:
-        for kind, rate in self.faults.items():
-            if kind not in FAULTS:
-                raise ValueError(f"unknown fault {kind!r}; choose from {', '.join(FAULTS)}")
-            if not 0 <= rate <= 1:
-                raise ValueError(f"fault {kind}: rate {rate} is not between 0 and 1")
-        if sum(self.faults.values()) > 1:
-            raise ValueError("fault rates add up to more than 1")
-        return self
-
-
-# what a serve: block starts: loadgen's simulator or an engine (the one list of engine names;
-# their command lines live in loadgen.servers)
-Backend = Literal["sim", "vllm", "sglang", "tgi", "transformers", "llamacpp", "ctranslate2", "mlc", "exllamav2"]
-ENGINES: tuple[str, ...] = get_args(Backend)[1:]
-
-
-class Serve(_Model):
-    """How ``loadgen run`` starts the server itself (and stops it afterwards).
-
-    ``backend: sim`` starts loadgen's simulator; an engine backend (default ``vllm`` when
-    ``model`` is given) is resolved exactly as ``loadgen serve`` resolves its options.
-    """
-
-    backend: Backend | None = None
-    model: str | None = None
-    device: Literal["auto", "cuda", "cpu"] = "auto"
-    quant: str | None = None
-    setting: str | None = None
-    gpus: str | None = None
-    tp: int | None = Field(None, ge=1)
-    pp: int = Field(1, ge=1)
-    kv_cache_dtype: str | None = None
-    load_format: str | None = None
-    attn: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
-    # the transformers engine: weights loaded 8- or 4-bit by bitsandbytes, and the autograd mode
-    load_in: Literal["8bit", "4bit"] | None = None
-    grad_mode: Literal["inference_mode", "no_grad"] = "inference_mode"
-    # llama.cpp slots; default: the sweep's highest concurrency
-    slots: int | None = Field(None, ge=1)
-    extra_args: tuple[str, ...] = ()
-    force: bool = False
-    # a matrix point whose engine is not installed here, or cannot run on this machine, is
-    # recorded as skipped with the reason (instead of failed)
-    skip_unavailable: bool = False
-    host: str = "127.0.0.1"
-    port: int | None = Field(None, ge=1, le=65535)
-    # default: 60 s for the simulator, 600 s for a CPU engine, 1800 s on GPUs
-    ready_timeout_s: float | None = Field(None, gt=0)
-    sim: SimOptions = SimOptions()
-
-    @field_validator("gpus", mode="before")
-    @classmethod
-    def _gpus_text(cls, v: Any) -> Any:
-        if isinstance(v, list):
-            return ",".join(str(x) for x in v)
-        return str(v) if isinstance(v, int) else v
-
-    @model_validator(mode="after")
-    def _check_backend(self) -> Serve:
-        if self.backend is None:
-            object.__setattr__(self, "backend", "sim" if self.model is None else "vllm")
-        if self.backend == "sim" and self.model is not None:
-            raise ValueError("the simulator takes no model; set backend to an engine (vllm, transformers, ...)")
-        if self.backend != "sim" and self.model is None:
-            raise ValueError(f"backend {self.backend} needs a model: a catalogue alias (tiny, ...), hub id or path")
-        return self
-
-    @property
-    def engine(self) -> str:
-        return self.backend or "sim"
 
 
 class Override(_Model):

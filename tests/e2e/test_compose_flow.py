@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from loadgen.servers.launch import free_port
-from loadgen.servers.vllm import vllm_cpu_python
+from loadgen.engines.vllm import vllm_cpu_python
 from tests.compose import load
 from tests.conftest import live_group_members
 

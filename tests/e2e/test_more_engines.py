@@ -22,7 +22,7 @@ from tests.e2e.test_engines import ROOT, assert_exact_usage, loadgen, popen, sce
 
 @pytest.fixture(scope="module")
 def llamacpp_built() -> None:
-    from loadgen.servers.llamacpp_setup import is_set_up
+    from loadgen.engines.llamacpp import is_set_up
 
     if not is_set_up():
         if os.environ.get("CI"):

@@ -11,9 +11,9 @@ import httpx
 import orjson
 import pytest
 
-from loadgen.servers.commands import launch_spec
+from loadgen.engines.build import launch_spec
 from loadgen.servers.launch import LaunchedServer, free_port
-from loadgen.servers.spec import build_spec
+from loadgen.engines.build import build_spec, engine_options
 from loadgen.servers.tiny import HEADS, HIDDEN, VOCAB_SIZE, ensure_tiny, write_tiny
 from loadgen.workload.words import WORDS
 
@@ -48,7 +48,7 @@ def test_tiny_loads_in_auto_classes_and_is_deterministic(tmp_path: Path, monkeyp
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("transformers")
-    spec = build_spec("tiny", backend="transformers", device="cpu", port=free_port())
+    spec = build_spec(engine_options("tiny", backend="transformers", device="cpu", port=free_port()))
     ensure_tiny()
     server = LaunchedServer(launch_spec(spec), tmp_path_factory.mktemp("hf") / "engine.log")
     yield server.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from loadgen.load.probes import KNOWN
 from loadgen.results.probes import histogram_quantile, parse_metrics, summarize_gpu, summarize_server_metrics
 
 PAGE = """# TYPE vllm:num_requests_running gauge
@@ -22,8 +23,8 @@ vllm:time_to_first_token_seconds_count{{model_name="m"}} {b2}
 
 
 def test_parse_and_summarise_a_cell() -> None:
-    a = parse_metrics(PAGE.format(running=0, kv=0.0, pre=2, b1=1, b2=1, s=0.05))
-    b = parse_metrics(PAGE.format(running=4, kv=0.25, pre=5, b1=3, b2=5, s=1.25))
+    a = parse_metrics(PAGE.format(running=0, kv=0.0, pre=2, b1=1, b2=1, s=0.05), KNOWN)
+    b = parse_metrics(PAGE.format(running=4, kv=0.25, pre=5, b1=3, b2=5, s=1.25), KNOWN)
     assert a["gauges"] == {"running": 0.0, "kv_cache_usage": 0.0}
     assert b["counters"]["preemptions"] == 5.0
     summary = summarize_server_metrics([{"values": a}, {"values": b}])
@@ -69,7 +70,7 @@ def test_reading_only_known_families_agrees_with_prometheus_own_parser() -> None
         for s in family.samples:
             if not s.name.endswith("_bucket"):
                 samples[s.name] = samples.get(s.name, 0.0) + s.value
-    got = parse_metrics(text)
+    got = parse_metrics(text, KNOWN)
     assert got["counters"]["prefix_cache_queries"] == samples["vllm:prefix_cache_queries_total"] == 18496
     assert got["counters"]["prefix_cache_hits"] == samples["vllm:prefix_cache_hits_total"] == 0
     assert got["counters"]["prompt_tokens"] == samples["vllm:prompt_tokens_total"]

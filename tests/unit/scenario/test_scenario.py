@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import ScenarioError
+from loadgen.engines.preflight import check_models
+from loadgen.engines.registry import engine_named
 from loadgen.scenario.loader import load_scenario, parse_scenario
 from loadgen.scenario.matrix import expand_cells, search_lines
 
@@ -80,9 +82,12 @@ def test_every_shipped_scenario_loads(path: Path) -> None:
 def test_serve_block_names_an_engine(tmp_path: Path) -> None:
     s = load_scenario(write(tmp_path, "serve: {model: qwen2-57b, tp: 2, gpus: [2, 3], extra_args: [--seed, '1']}\n"))
     assert s.serve is not None
-    assert (s.serve.backend, s.serve.gpus, s.serve.tp, s.serve.extra_args) == ("vllm", "2,3", 2, ("--seed", "1"))
+    assert (s.serve.backend, s.serve.gpus, s.serve.tp, s.serve.extra_args) == (None, "2,3", 2, ("--seed", "1"))
+    assert engine_named(s.serve.backend).name == "vllm"  # a model without a backend: the default engine
     assert load_scenario(write(tmp_path, "serve: {sim: {ttft_ms: 5}}\n")).serve.backend == "sim"  # type: ignore[union-attr]
     assert "serve -> backend transformers needs a model" in error_of(tmp_path, "serve: {backend: transformers}\n")
     assert "serve -> the simulator takes no model" in error_of(tmp_path, "serve: {backend: sim, model: tiny}\n")
-    assert "serve.backend -> " in error_of(tmp_path, "serve: {backend: trt, model: tiny}\n")
+    # engine names are the engines' own: checked with the models, before anything is launched
+    with pytest.raises(ScenarioError, match="serve.backend -> --backend 'trt': choose one of vllm"):
+        check_models(load_scenario(write(tmp_path, "serve: {backend: trt, model: tiny}\n")), "s.yaml")
     assert "serve.attn -> " in error_of(tmp_path, "serve: {model: tiny, backend: transformers, attn: fa3}\n")

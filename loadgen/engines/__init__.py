@@ -1,0 +1,1 @@
+"""The engines loadgen launches: one module each, listed in ``registry``."""

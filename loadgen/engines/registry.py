@@ -1,0 +1,68 @@
+"""The engines loadgen launches: the default one first (of a ``serve:`` block or ``loadgen serve``
+that names a model and no backend), then the cross-engine table's.
+
+Adding an engine is a module that declares its ``ENGINE`` (see ``loadgen.engines.engine``)
+and one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from loadgen.engines import ctranslate2, exllamav2, llamacpp, mlc, sglang, tgi, transformers, vllm
+from loadgen.engines.engine import Engine
+from loadgen.errors import UsageError
+
+ENGINES: tuple[Engine, ...] = (
+    vllm.ENGINE,
+    transformers.ENGINE,
+    ctranslate2.ENGINE,
+    llamacpp.ENGINE,
+    exllamav2.ENGINE,
+    mlc.ENGINE,
+    sglang.ENGINE,
+    tgi.ENGINE,
+)
+
+# engines of the cross-engine table that loadgen cannot launch: name -> (hardware, why)
+NOT_LAUNCHABLE: dict[str, tuple[str, str]] = {
+    "gpt-fast": ("NVIDIA GPU",
+                 "no server and no package: a set of scripts per model (generate.py); loadgen cannot launch or "
+                 "measure it"),
+}
+
+DEFAULT: Engine = ENGINES[0]
+
+REGISTRY: dict[str, Engine] = {e.name: e for e in ENGINES}
+_BY_NAME: dict[str, Engine] = {n.lower(): e for e in ENGINES for n in e.names}
+SIM = "sim"  # loadgen's own simulator, which a serve: block starts without a model
+
+
+def engine_named(name: str | None) -> Engine:
+    """The engine a ``--backend`` / ``serve.backend`` value names (None: the default engine)."""
+    if name is None:
+        return DEFAULT
+    engine = _BY_NAME.get(name.lower())
+    if engine is None:
+        raise UsageError(f"--backend {name!r}: choose one of {', '.join(REGISTRY)} (see `loadgen engines`)")
+    return engine
+
+
+def backend_of(backend: str | None) -> str:
+    """A serve: block's backend as the tables name it: ``sim``, or an engine's own name."""
+    return SIM if backend == SIM else engine_named(backend).name
+
+
+def metric_names() -> dict[str, tuple[str, ...]]:
+    """loadgen's metric name -> every engine's names for it."""
+    merged: dict[str, tuple[str, ...]] = {}
+    for engine in ENGINES:
+        for key, names in engine.metrics.items():
+            merged[key] = (*merged.get(key, ()), *names)
+    return merged
+
+
+def engine_of_server(server: Mapping[str, object]) -> Engine | None:
+    """The engine a cell's server description names, or None (the simulator, a given URL)."""
+    backend = server.get("backend")
+    return _BY_NAME.get(str(backend).lower()) if backend else None

@@ -1,0 +1,51 @@
+"""The options that vLLM and the engines that share its option set (SGLang) take, each engine
+spelling them its own way (``ServingFlags``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.engines.spec import EngineSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ServingFlags:
+    """How one engine spells the shared options."""
+
+    pp: str
+    memory: str  # "" where the engine takes no GPU memory fraction
+    length: str
+    eager: str
+    overrides: str
+
+
+def serving_args(spec: EngineSpec, head: list[str], f: ServingFlags, tail: tuple[str, ...] = ()) -> list[str]:
+    """``head`` followed by the shared options of ``spec`` as ``f`` spells them, then ``tail``
+    and the user's extra arguments."""
+    s = spec.setting
+    argv = [*head]
+    if spec.pp > 1:
+        argv += [f.pp, str(spec.pp)]
+    argv += ["--dtype", spec.dtype]
+    if spec.model.quant == "fp8":  # GPTQ / AWQ checkpoints declare their method; the engine reads it
+        argv += ["--quantization", "fp8"]
+    if f.memory:
+        argv += [f.memory, str(float(s.gpu_memory_utilization))]
+    argv += [f.length, str(s.max_model_len), *tail]
+    if s.enforce_eager:
+        argv.append(f.eager)
+    if spec.kv_cache_dtype:
+        argv += ["--kv-cache-dtype", spec.kv_cache_dtype]
+    if spec.load_format:
+        argv += ["--load-format", spec.load_format]
+    if spec.rope:
+        argv += [f.overrides, json.dumps({"rope_scaling": spec.rope}, separators=(",", ":"))]
+    return argv + list(spec.extra_args)
+
+
+def parallel_settings(server: Mapping[str, Any]) -> list[str]:
+    """The comparison table's Settings line of an engine that shards tensors."""
+    return [f"tensor_parallel_size={server.get('tp', 1)}"]
