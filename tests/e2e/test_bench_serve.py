@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.servers.tiny import ensure_tiny
 from loadgen.engines.vllm import vllm_cpu_python
+from loadgen.servers.tiny import ensure_tiny
 from loadgen.workload.words import WORDS
 from tests.conftest import StartSim
 

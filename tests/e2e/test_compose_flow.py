@@ -23,8 +23,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadgen.servers.launch import free_port
 from loadgen.engines.vllm import vllm_cpu_python
+from loadgen.servers.launch import free_port
 from tests.compose import load
 from tests.conftest import live_group_members
 

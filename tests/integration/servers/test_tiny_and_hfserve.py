@@ -11,9 +11,8 @@ import httpx
 import orjson
 import pytest
 
-from loadgen.engines.build import launch_spec
+from loadgen.engines.build import build_spec, engine_options, launch_spec
 from loadgen.servers.launch import LaunchedServer, free_port
-from loadgen.engines.build import build_spec, engine_options
 from loadgen.servers.tiny import HEADS, HIDDEN, VOCAB_SIZE, ensure_tiny, write_tiny
 from loadgen.workload.words import WORDS
 

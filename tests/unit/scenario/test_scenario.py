@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import ScenarioError
 from loadgen.engines.preflight import check_models
 from loadgen.engines.registry import engine_named
+from loadgen.errors import ScenarioError
 from loadgen.scenario.loader import load_scenario, parse_scenario
 from loadgen.scenario.matrix import expand_cells, search_lines
 

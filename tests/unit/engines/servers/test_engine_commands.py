@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import UsageError
+from loadgen.engines.build import build_spec, engine_options, launch_spec
 from loadgen.engines.registry import REGISTRY
-from loadgen.engines.build import launch_spec
+from loadgen.errors import UsageError
 from loadgen.servers.launch import shell_line
-from loadgen.engines.build import build_spec, engine_options
 
 
 @pytest.fixture(autouse=True)

@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 
-from loadgen.locust.cli import locust_command
-from loadgen.engines.build import launch_spec
 from loadgen.engines import sglang, tgi, vllm
+from loadgen.engines.build import build_spec, engine_options, launch_spec
 from loadgen.engines.containers import container_argv, container_run
-from loadgen.engines.build import build_spec, engine_options
+from loadgen.locust.cli import locust_command
 from tests.compose import InterpolationError, interpolate, load, schema_errors
 
 ROOT = Path(__file__).resolve().parents[3]

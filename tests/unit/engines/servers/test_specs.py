@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.errors import UsageError
+from loadgen.engines.build import build_spec, engine_options, launch_spec
 from loadgen.engines.catalogue import load_catalogue, resolve_model, resolve_setting
-from loadgen.engines.build import launch_spec
 from loadgen.engines.containers import container_run
-from loadgen.engines.build import build_spec, engine_options
 from loadgen.engines.tgi import IMAGE as TGI_IMAGE
+from loadgen.errors import UsageError
 
 
 def argv_of(model: str, **kw: object) -> tuple[tuple[str, ...], dict[str, str]]:
