@@ -55,7 +55,8 @@ def engine_options(model: str, **values: Any) -> EngineOptions:
         name = str(first["loc"][0]) if first["loc"] else "model"
         why = first["msg"]
         if first["type"] == "literal_error":
-            why = "choose one of " + str(first.get("ctx", {}).get("expected", "")).replace("'", "").replace(" or ", ", ")
+            expected = str(first.get("ctx", {}).get("expected", ""))
+            why = "choose one of " + expected.replace("'", "").replace(" or ", ", ")
         raise UsageError(f"{_flag(name)} {given.get(name)!r}: {why}") from None
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.results.metrics import itl_values, tpot
+from loadgen.results.metrics import itl_values
 from loadgen.results.records import RequestRecord
 
 # the request_type of loadgen's entries in Locust's statistics
@@ -64,13 +64,13 @@ class _Counts:
             self.decode_tokens += r.output_tokens - 1
         if not self.keep_values:
             return
-        if r.first_token_at is not None and r.sent_at is not None:
-            self.ttft.append(r.first_token_at - r.sent_at)
+        if (ttft := r.ttft_s) is not None:
+            self.ttft.append(ttft)
             self.itl.extend(itl_values(r).tolist())
-        if (t := tpot(r)) is not None:
-            self.tpot.append(t)
-        if r.done_at is not None and r.sent_at is not None:
-            self.e2e.append(r.done_at - r.sent_at)
+        if (tpot := r.tpot_s) is not None:
+            self.tpot.append(tpot)
+        if (e2e := r.e2e_s) is not None:
+            self.e2e.append(e2e)
 
 
 PERCENTILES = ("ttft", "tpot", "itl", "e2e")
@@ -157,8 +157,8 @@ class LiveStats:
             sent, done = r.sent_at or 0.0, r.done_at or 0.0
             if done > sent:
                 share += max(0.0, min(done, w_end) - max(sent, w_start)) / (done - sent)
-        ttft = [r.first_token_at - r.sent_at for r in window]  # type: ignore[operator]
-        tpots = [t for r in window if (t := tpot(r)) is not None]
+        ttft = [v for r in window if (v := r.ttft_s) is not None]
+        tpots = [v for r in window if (v := r.tpot_s) is not None]
         itl = np.concatenate([itl_values(r) for r in window]) if window else np.empty(0)
         point = {
             "t": round(end, 2), "users": users,

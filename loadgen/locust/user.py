@@ -27,7 +27,6 @@ from loadgen.locust import hooks
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log, now_s
 from loadgen.locust.stats import LLM
 from loadgen.locust.transport import Workbench, open_client, stream_request
-from loadgen.results.metrics import tpot
 from loadgen.results.records import RequestRecord
 
 __all__ = ["LLMUser", "ScenarioSteps", "STATE", "LLMRequestFailed", "hooks"]
@@ -48,11 +47,10 @@ def report(env: Environment, record: RequestRecord, elapsed_ms: float, body_byte
     start = BASE_EPOCH_NS / 1e9 + (record.sent_at or 0.0)
     exc = None if record.ok else LLMRequestFailed(f"{record.error}: {(record.error_detail or '')[:160]}")
     if record.ok:
-        sent = record.sent_at or 0.0
-        if record.first_token_at is not None:
+        if (ttft := record.ttft_s) is not None:
             # a float, as Locust's own request events log it (its annotation says int)
-            env.stats.get("TTFT", LLM).log((record.first_token_at - sent) * 1e3, 0)  # type: ignore[arg-type]
-        if (t := tpot(record)) is not None:
+            env.stats.get("TTFT", LLM).log(ttft * 1e3, 0)  # type: ignore[arg-type]
+        if (t := record.tpot_s) is not None:
             env.stats.get("TPOT", LLM).log(t * 1e3, 0)  # type: ignore[arg-type]
     env.events.request.fire(request_type=LLM, name="E2E", response_time=elapsed_ms, response_length=body_bytes,
                             exception=exc, context={}, start_time=start)

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from loadgen.report.layouts import axis_title, axis_value, varying_axes
-from loadgen.results.metrics import tpot
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary, Summary
 
@@ -83,9 +82,9 @@ def plot_load(summary: Summary, path: Path) -> Path | None:
 
 
 METRICS: tuple[tuple[str, Callable[[RequestRecord], float | None]], ...] = (
-    ("TTFT", lambda r: None if r.first_token_at is None or r.sent_at is None else r.first_token_at - r.sent_at),
-    ("TPOT", tpot),
-    ("E2E latency", lambda r: None if r.done_at is None or r.sent_at is None else r.done_at - r.sent_at),
+    ("TTFT", lambda r: r.ttft_s),
+    ("TPOT", lambda r: r.tpot_s),
+    ("E2E latency", lambda r: r.e2e_s),
 )
 
 

@@ -39,7 +39,7 @@ class LiveRate:
             return
         self.first_sent = r.sent_at if self.first_sent is None else min(self.first_sent, r.sent_at)
         self.latest = max(self.latest, r.done_at)
-        self.durations.append(r.done_at - r.sent_at)
+        self.durations.append(r.e2e_s or 0.0)
         # (one entry per token-bearing chunk in both; a progress bar never stops a run over a mismatch)
         self.arrivals += [(r.sent_at + off, n) for off, n in zip(r.chunk_offsets_s, r.chunk_tokens, strict=False)]
         self.tokens += sum(r.chunk_tokens)

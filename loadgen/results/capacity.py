@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.results.metrics import itl_values, tpot
+from loadgen.results.metrics import itl_values
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.shapes import SLO_METRICS, Search, SearchSlo, stat_quantile
@@ -41,11 +41,11 @@ def latency_values(records: Sequence[RequestRecord], metric: str) -> np.ndarray:
     """The values (ms) an objective on ``metric`` is computed over, from successful requests."""
     ok = [r for r in records if r.ok and r.first_token_at is not None and r.sent_at is not None]
     if metric == "ttft_ms":
-        vals: Iterable[float] = (r.first_token_at - r.sent_at for r in ok)  # type: ignore[operator]
+        vals: Iterable[float] = (v for r in ok if (v := r.ttft_s) is not None)
     elif metric == "tpot_ms":
-        vals = (t for r in ok if (t := tpot(r)) is not None)
+        vals = (v for r in ok if (v := r.tpot_s) is not None)
     elif metric == "e2e_ms":
-        vals = (r.done_at - r.sent_at for r in ok if r.done_at is not None)  # type: ignore[operator]
+        vals = (v for r in ok if (v := r.e2e_s) is not None)
     else:
         return np.concatenate([itl_values(r) for r in ok]) * 1e3 if ok else np.empty(0)
     return np.fromiter(vals, dtype=np.float64) * 1e3
@@ -110,20 +110,8 @@ def bound_of(key: str, slo: SearchSlo) -> float | None:
 def goodput_count(records: Sequence[RequestRecord], slo: SearchSlo) -> int:
     """Requests meeting every per-request latency bound (TTFT, TPOT, E2E: the tightest bound
     given for each); ITL objectives are over pooled gaps and bound no single request."""
-    limits = {m: min(getattr(slo, m).values()) for m in ("ttft_ms", "tpot_ms", "e2e_ms") if getattr(slo, m)}
-    good = 0
-    for r in records:
-        if r.warmup or not r.ok or r.first_token_at is None or r.sent_at is None or r.done_at is None:
-            continue
-        t = tpot(r)
-        if "ttft_ms" in limits and (r.first_token_at - r.sent_at) * 1e3 > limits["ttft_ms"]:
-            continue
-        if "tpot_ms" in limits and t is not None and t * 1e3 > limits["tpot_ms"]:
-            continue
-        if "e2e_ms" in limits and (r.done_at - r.sent_at) * 1e3 > limits["e2e_ms"]:
-            continue
-        good += 1
-    return good
+    limits = slo.request_limits()
+    return sum(1 for r in records if not r.warmup and r.ok and r.meets(limits))
 
 
 def probe_entry(

@@ -42,27 +42,10 @@ def itl_values(record: RequestRecord) -> np.ndarray:
     return np.diff(offsets) / tokens
 
 
-def tpot(record: RequestRecord) -> float | None:
-    if record.output_tokens < 2 or record.first_token_at is None or record.last_token_at is None:
-        return None
-    return (record.last_token_at - record.first_token_at) / (record.output_tokens - 1)
-
-
 def _prompt_len(r: RequestRecord) -> int:
     if r.prompt_tokens is not None:
         return r.prompt_tokens
     return r.input_tokens or 0
-
-
-def meets_slo(r: RequestRecord, slo: Slo) -> bool:
-    if r.sent_at is None or r.first_token_at is None or r.done_at is None:
-        return False
-    if slo.ttft_ms is not None and (r.first_token_at - r.sent_at) * 1e3 > slo.ttft_ms:
-        return False
-    t = tpot(r)
-    if slo.tpot_ms is not None and t is not None and t * 1e3 > slo.tpot_ms:
-        return False
-    return not (slo.e2e_ms is not None and (r.done_at - r.sent_at) * 1e3 > slo.e2e_ms)
 
 
 def _group(measured: list[RequestRecord], key: str, value: int) -> dict[str, Any]:
@@ -133,15 +116,15 @@ def summarize(
         chunk_token_discrepancy=ChunkDiscrepancy(
             requests=sum(1 for d in chunk_diff if d != 0), tokens=int(sum(abs(d) for d in chunk_diff)),
         ),
-        ttft_s=distribution(r.first_token_at - r.sent_at for r in ok),  # type: ignore[operator]
+        ttft_s=distribution(v for r in ok if (v := r.ttft_s) is not None),
         ttft_from_schedule_s=distribution(
-            r.first_token_at - r.scheduled_at for r in (ok if open_loop else ())  # type: ignore[operator]
+            v for r in (ok if open_loop else ()) if (v := r.ttft_from_schedule_s) is not None
         ),
-        tpot_s=distribution(t for r in ok if (t := tpot(r)) is not None),
+        tpot_s=distribution(v for r in ok if (v := r.tpot_s) is not None),
         itl_s=distribution(
             np.concatenate([itl_values(r) for r in ok]) if ok else np.empty(0)
         ),
-        e2e_s=distribution(r.done_at - r.sent_at for r in ok),  # type: ignore[operator]
+        e2e_s=distribution(v for r in ok if (v := r.e2e_s) is not None),
         # the client's own lateness: from the schedule (or the free slot) to the request on the wire
         send_lag_s=distribution(
             r.sent_at - r.scheduled_at - r.slot_wait_s for r in measured if r.sent_at is not None and open_loop
@@ -150,15 +133,11 @@ def summarize(
         slot_wait_s=distribution(r.slot_wait_s for r in measured if r.sent_at is not None),
         # Qwen's single-stream "Speed(tokens/s)": output tokens over the whole request time
         speed_tokens_per_s=distribution(
-            r.output_tokens / (r.done_at - r.sent_at)
-            for r in ok
-            if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
+            r.output_tokens / e2e for r in ok if (e2e := r.e2e_s) is not None and e2e > 0
         ),
         # the newer definition: (prompt + output tokens) over the whole request time
         speed_total_tokens_per_s=distribution(
-            (r.output_tokens + _prompt_len(r)) / (r.done_at - r.sent_at)
-            for r in ok
-            if r.done_at is not None and r.sent_at is not None and r.done_at > r.sent_at
+            (r.output_tokens + _prompt_len(r)) / e2e for r in ok if (e2e := r.e2e_s) is not None and e2e > 0
         ),
     )
     thinking = [r for r in ok if r.reasoning_tokens > 0]
@@ -180,7 +159,7 @@ def summarize(
         metrics = replace(metrics, stages=[_group(measured, "stage", t) for t in sorted(
             {r.stage for r in measured if r.stage is not None})])
     if slo is not None and any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms)):
-        good = sum(1 for r in ok if meets_slo(r, slo))
+        good = sum(1 for r in ok if r.meets(slo.limits()))
         # requests the run cancelled (stopped in flight) neither met nor missed an objective
         judged = len(measured) - cancelled
         metrics = replace(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -77,6 +78,47 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    # the per-request latencies, in seconds (None where the request got that far), each defined here once
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to first token: its arrival minus the send."""
+        if self.first_token_at is None or self.sent_at is None:
+            return None
+        return self.first_token_at - self.sent_at
+
+    @property
+    def ttft_from_schedule_s(self) -> float | None:
+        """Time to first token from the moment the schedule meant the request to go out."""
+        return None if self.first_token_at is None else self.first_token_at - self.scheduled_at
+
+    @property
+    def e2e_s(self) -> float | None:
+        """End-to-end latency: the end of the answer minus the send."""
+        if self.done_at is None or self.sent_at is None:
+            return None
+        return self.done_at - self.sent_at
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first: (last token - first token) / (tokens - 1)."""
+        if self.output_tokens < 2 or self.first_token_at is None or self.last_token_at is None:
+            return None
+        return (self.last_token_at - self.first_token_at) / (self.output_tokens - 1)
+
+    def meets(self, limits: Mapping[str, float]) -> bool:
+        """Whether the request answered within per-request bounds in ms (``ttft_ms``, ``tpot_ms``,
+        ``e2e_ms``; each optional): the one SLO check of goodput, the search and its early stop.
+        A request that did not finish meets none."""
+        ttft, e2e, tpot = self.ttft_s, self.e2e_s, self.tpot_s
+        if ttft is None or e2e is None:
+            return False
+        return not (
+            ttft * 1e3 > limits.get("ttft_ms", math.inf)
+            or (tpot is not None and tpot * 1e3 > limits.get("tpot_ms", math.inf))
+            or e2e * 1e3 > limits.get("e2e_ms", math.inf)
+        )
 
     def to_json(self) -> bytes:
         return orjson.dumps(self) + b"\n"

@@ -72,7 +72,7 @@ def vllm_result(
     def prompt_len(r: RequestRecord) -> int:
         return r.prompt_tokens if r.prompt_tokens is not None else (r.input_tokens or 0)
 
-    ttft = {id(r): r.first_token_at - r.sent_at for r in ok}  # type: ignore[operator]
+    ttft = {id(r): r.ttft_s or 0.0 for r in ok}
     latency = {id(r): (r.done_at or r.last_token_at or 0.0) - r.sent_at for r in ok}  # type: ignore[operator]
     tpots = {id(r): (latency[id(r)] - ttft[id(r)]) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0 for r in ok}
     total_input = sum(prompt_len(r) for r in ok)

@@ -267,6 +267,10 @@ class Slo(_Model):
     tpot_ms: float | None = Field(None, gt=0)
     e2e_ms: float | None = Field(None, gt=0)
 
+    def limits(self) -> dict[str, float]:
+        """The per-request bounds given, in ms (what ``RequestRecord.meets`` checks)."""
+        return {k: v for k in ("ttft_ms", "tpot_ms", "e2e_ms") if (v := getattr(self, k)) is not None}
+
 
 class Override(_Model):
     """Matrix points matching ``when`` (axis -> value or list of values) get ``set`` applied."""

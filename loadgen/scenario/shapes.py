@@ -190,6 +190,11 @@ class SearchSlo(_Model):
                     raise ValueError(f"{key}: give a statistic and a bound in ms, e.g. {key}: {{p99: {value}}}")
         return data
 
+    def request_limits(self) -> dict[str, float]:
+        """The per-request bounds (TTFT, TPOT, E2E), the tightest given for each, in ms; ITL
+        objectives are over pooled gaps and bound no single request."""
+        return {m: min(getattr(self, m).values()) for m in ("ttft_ms", "tpot_ms", "e2e_ms") if getattr(self, m)}
+
     @model_validator(mode="after")
     def _check(self) -> SearchSlo:
         for key in SLO_METRICS:

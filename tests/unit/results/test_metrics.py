@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import pytest
 
-from loadgen.results.metrics import distribution, itl_values, summarize, tpot
+from loadgen.results.metrics import distribution, itl_values, summarize
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.schema import Slo
 
@@ -44,8 +46,19 @@ def test_distribution_of_nothing_is_all_none() -> None:
 def test_itl_divides_each_gap_by_the_tokens_of_the_later_chunk() -> None:
     r = rec(0, 0.0, (0.1, 0.12, 0.16, 0.19), (1, 1, 2, 3), 0.2)
     assert list(itl_values(r)) == pytest.approx([0.02, 0.02, 0.01])
-    # tpot: (0.19 - 0.1) / (7 - 1)
-    assert tpot(r) == pytest.approx(0.015)
+    # tpot: (0.19 - 0.1) / (7 - 1); ttft 0.1 after the send at 0; e2e 0.2
+    assert r.tpot_s == pytest.approx(0.015)
+    assert (r.ttft_s, r.e2e_s) == (pytest.approx(0.1), pytest.approx(0.2))
+
+
+def test_one_slo_check_per_request() -> None:
+    r = rec(0, 0.0, (0.1, 0.12, 0.16, 0.19), (1, 1, 2, 3), 0.2)  # ttft 100 ms, tpot 15 ms, e2e 200 ms
+    assert r.meets({}) and r.meets({"ttft_ms": 100, "tpot_ms": 15, "e2e_ms": 200})
+    assert not r.meets({"ttft_ms": 99.9})
+    assert not r.meets({"tpot_ms": 14.9})
+    assert not r.meets({"e2e_ms": 199.9})
+    unfinished = dataclasses.replace(r, done_at=None)
+    assert not unfinished.meets({})
 
 
 def test_summary_figures_by_hand() -> None:
