@@ -9,7 +9,7 @@ exactly as a user would, and the table compares:
 - reported vs true TTFT and ITL (p50, p99; error = reported - true, both from the same requests);
 - client CPU seconds per 1,000 tokens (the measured window's CPU time, from summary.json).
 
-The server: ``fastsim`` (benchmarks/fastsim.c, compiled with ``cc`` on first use; one thread,
+The server: ``fastsim`` (benchmarks/fastsim/fastsim.c, compiled with ``cc`` on first use; one thread,
 epoll, logs every token's true send time), because ``loadgen sim`` (Python) cannot itself hold
 its schedule at these rates: ``--server sim`` runs the same levels against it and prints how
 late its own chunks left. ``--base-url URL`` points the same runs at any OpenAI-compatible
@@ -57,7 +57,7 @@ def build_fastsim(work: Path) -> Path | None:
     if cc is None:
         return None
     exe = work / "fastsim"
-    subprocess.run([cc, "-O2", "-o", str(exe), str(HERE / "fastsim.c")], check=True)
+    subprocess.run([cc, "-O2", "-o", str(exe), str(HERE / "fastsim" / "fastsim.c")], check=True)
     return exe
 
 
@@ -79,7 +79,7 @@ def start_server(kind: str, work: Path, core: int | None) -> tuple[subprocess.Po
     if kind == "fastsim":
         exe = build_fastsim(work)
         if exe is None:
-            raise SystemExit("no C compiler (cc) to build benchmarks/fastsim.c; use --server sim")
+            raise SystemExit("no C compiler (cc) to build benchmarks/fastsim/fastsim.c; use --server sim")
         argv = [str(exe), str(port), str(int(TTFT_MS * 1e3)), str(int(ITL_MS * 1e3))]
     else:
         argv = [sys.executable, "-m", "loadgen", "sim", "--port", str(port),

@@ -56,30 +56,13 @@ def iter_offsets(
         yield from starts.tolist()
 
 
-def build_schedule(
-    count: int,
-    rate: float | None,
-    *,
-    arrival: str = "poisson",
-    burstiness: float = 1.0,
-    seed: int = 0,
-) -> np.ndarray:
-    """The first ``count`` offsets of ``iter_offsets`` as an array."""
-    it = iter_offsets(rate, arrival=arrival, burstiness=burstiness, seed=seed)
-    return np.fromiter((next(it) for _ in range(count)), dtype=np.float64, count=count)
-
-
-def partition(count: int, workers: int, concurrency: int | None) -> list[tuple[range, int | None]]:
-    """Split requests 0..count-1 round-robin over workers, with their share of concurrency.
-
-    Worker k sends requests k, k+W, k+2W, ...; its concurrency is concurrency // W, the
-    remainder going to the first workers, so the shares add up to the total.
-    """
-    shares: list[tuple[range, int | None]] = []
-    for k in range(workers):
-        conc = None if concurrency is None else concurrency // workers + (k < concurrency % workers)
-        shares.append((range(k, count, workers), conc))
-    return shares
+def concurrency_shares(workers: int, concurrency: int | None) -> list[int | None]:
+    """Each worker's share of the concurrency: concurrency // W, the remainder going to the
+    first workers, so the shares add up to the total (None: unlimited for each). Worker k sends
+    requests k, k+W, k+2W, ... (``loadgen.load.workers``)."""
+    if concurrency is None:
+        return [None] * workers
+    return [concurrency // workers + (k < concurrency % workers) for k in range(workers)]
 
 
 def ramp_rate(strategy: str, start: float, end: float, index: int, count: int) -> float:

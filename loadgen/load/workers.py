@@ -1,7 +1,7 @@
 """``load.workers``: a measured window shared by N client processes on one host.
 
 The schedule is partitioned round-robin (worker k sends requests k, k+N, k+2N, ... with its
-share of the concurrency, ``schedule.partition``); each worker is a fresh process with its own
+share of the concurrency, ``schedule.concurrency_shares``); each worker is a fresh process with its own
 event loop and its own connections, opened before the window. The parent waits until every
 worker is connected, then gives them one start time on the shared monotonic clock
 (``perf_counter_ns`` is system-wide on Linux), so every request keeps its place on the one
@@ -27,7 +27,7 @@ import orjson
 
 from loadgen.load.client import StreamingClient
 from loadgen.load.dispatch import LoadPlan, Requests, run_load
-from loadgen.load.schedule import iter_offsets, partition
+from loadgen.load.schedule import concurrency_shares, iter_offsets
 from loadgen.load.selfcheck import ClientMonitor
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.schema import Target
@@ -228,10 +228,9 @@ def worker_jobs(
     seed: int,
     duration_s: float | None,
 ) -> list[WorkerJob]:
-    """One job per worker; concurrency shares from ``schedule.partition``."""
-    shares = partition(count or 0, workers, concurrency)
+    """One job per worker, with its share of the concurrency."""
     return [
         WorkerJob(k, workers, target, base_url, api_key, new_connection_per_request, clock_base_ns, pool,
                   count, conc, rate, arrival, burstiness, seed, duration_s)
-        for k, (_, conc) in enumerate(shares)
+        for k, conc in enumerate(concurrency_shares(workers, concurrency))
     ]

@@ -4,8 +4,6 @@ tokenizer and the simulator use the same list."""
 
 from __future__ import annotations
 
-import numpy as np
-
 # Words that encode to one token each (with their leading space) in the GPT-2, cl100k, Llama
 # and Qwen vocabularies, so text prompts land on their length without a tokenizer.
 WORDS: tuple[str, ...] = tuple(
@@ -20,7 +18,3 @@ WORDS: tuple[str, ...] = tuple(
     """.split()
 )
 
-
-def random_words(rng: np.random.Generator, count: int) -> str:
-    idx = rng.integers(0, len(WORDS), size=count)
-    return " ".join(WORDS[i] for i in idx)

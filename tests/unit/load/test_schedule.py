@@ -3,7 +3,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.load.schedule import build_schedule, partition
+from loadgen.load.schedule import concurrency_shares, iter_offsets
+
+
+def build_schedule(count: int, rate: float | None, **kw: object) -> np.ndarray:
+    """The first ``count`` offsets of ``iter_offsets`` as an array."""
+    it = iter_offsets(rate, **kw)  # type: ignore[arg-type]
+    return np.fromiter((next(it) for _ in range(count)), dtype=np.float64, count=count)
 
 
 def test_constant_rate_offsets_are_exact() -> None:
@@ -29,11 +35,9 @@ def test_gamma_mean_gap_is_one_over_rate_and_stream_continues_across_blocks() ->
     assert np.all(gaps >= 0)
 
 
-def test_partition_round_robin_with_concurrency_shares() -> None:
-    shares = partition(10, 3, 8)
-    assert [list(r) for r, _ in shares] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
-    assert [c for _, c in shares] == [3, 3, 2]
-    assert partition(4, 2, None)[0][1] is None
+def test_concurrency_shares_add_up_to_the_total() -> None:
+    assert concurrency_shares(3, 8) == [3, 3, 2]
+    assert concurrency_shares(2, None) == [None, None]
 
 
 def test_constant_offsets_are_exact_multiples_of_the_gap() -> None:

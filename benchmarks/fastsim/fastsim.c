@@ -8,7 +8,7 @@
  * true ITL (gap between consecutive sends of a stream) and lateness against the deadline,
  * in microseconds; GET /stats?reset=1 also clears them.
  *
- *   cc -O2 -o fastsim benchmarks/fastsim.c && ./fastsim PORT TTFT_US ITL_US
+ *   cc -O2 -o fastsim benchmarks/fastsim/fastsim.c && ./fastsim PORT TTFT_US ITL_US
  *
  * One thread, epoll, a timerfd armed just before the earliest deadline (timer slack 1 us) and a
  * poll without sleeping for the last 0.3 ms, a binary heap of streams by deadline. HTTP/1.1 keep-alive, one request at a time per connection.
