@@ -95,7 +95,7 @@ def run(
         print_summary(summary)
     else:
         print_text(render_tables(published_tables(summary, summary.kind, spread=True), "md"))
-        if len({c.server.get("backend") for c in summary.cells}) > 1 and any(c.status == "done" for c in summary.cells):
+        if len({c.server.backend for c in summary.cells}) > 1 and any(c.status == "done" for c in summary.cells):
             # engines side by side: the cross-engine comparison against the first row
             print_text(render_tables(published_tables(summary, "compare", spread=False), "md"))
     if summary.capacity:

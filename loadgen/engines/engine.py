@@ -14,10 +14,11 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from loadgen.engines.spec import EngineSpec
+    from loadgen.results.cellstatus import ServerInfo
     from loadgen.servers.launch import LaunchSpec
 
 Echo = Callable[[str], None]
@@ -100,7 +101,7 @@ class Engine:
     # the environment that lets it serve POST /reset_prefix_cache (between cells)
     reset_cache_env: Mapping[str, str] = field(default_factory=dict)
     # the cross-engine comparison's Settings lines for the options a cell's server ran with
-    settings: Callable[[Mapping[str, Any]], list[str]] = lambda server: []
+    settings: Callable[[ServerInfo], list[str]] = lambda server: []
     uses_eager: bool = False  # it runs the settings preset's eager mode (no CUDA graphs)
 
     @property

@@ -8,10 +8,10 @@ and one line in ``MODULES``; nothing else changes.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
 
 from loadgen.engines.engine import Engine
 from loadgen.errors import UsageError
+from loadgen.results.cellstatus import ServerInfo
 
 # one line per engine: the module that declares it
 MODULES: tuple[str, ...] = (
@@ -73,7 +73,6 @@ def metric_names() -> dict[str, tuple[str, ...]]:
     return merged
 
 
-def engine_of_server(server: Mapping[str, object]) -> Engine | None:
+def engine_of_server(server: ServerInfo) -> Engine | None:
     """The engine a cell's server description names, or None (the simulator, a given URL)."""
-    backend = server.get("backend")
-    return _BY_NAME.get(str(backend).lower()) if backend else None
+    return _BY_NAME.get(server.backend.lower()) if server.backend else None

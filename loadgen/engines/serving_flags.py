@@ -4,11 +4,10 @@ spelling them its own way (``ServingFlags``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from loadgen.engines.spec import EngineSpec
+from loadgen.results.cellstatus import ServerInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +45,6 @@ def serving_args(spec: EngineSpec, head: list[str], f: ServingFlags, tail: tuple
     return argv + list(spec.extra_args)
 
 
-def parallel_settings(server: Mapping[str, Any]) -> list[str]:
+def parallel_settings(server: ServerInfo) -> list[str]:
     """The comparison table's Settings line of an engine that shards tensors."""
-    return [f"tensor_parallel_size={server.get('tp', 1)}"]
+    return [f"tensor_parallel_size={server.tp or 1}"]

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Mapping
-from typing import Any
 
 from loadgen.engines.engine import Engine, missing_modules, modules_installed
 from loadgen.engines.spec import EngineSpec
 from loadgen.errors import UsageError
+from loadgen.results.cellstatus import ServerInfo
 from loadgen.servers.launch import LaunchSpec
 
 NEEDS = ("torch", "transformers")
@@ -46,14 +45,14 @@ def missing(spec: EngineSpec, launch: LaunchSpec) -> str | None:
     return None
 
 
-def settings(server: Mapping[str, Any]) -> list[str]:
+def settings(server: ServerInfo) -> list[str]:
     """The reference table's Settings lines: how the model was loaded and run."""
     lines = []
-    if server.get("load_in"):
-        lines.append(f"load_in_{server['load_in']}=True")
-    lines.append(f"torch.{server.get('grad_mode') or 'inference_mode'}()")
-    if server.get("attn"):
-        lines.append(f"attn_implementation={server['attn']}")
+    if server.load_in:
+        lines.append(f"load_in_{server.load_in}=True")
+    lines.append(f"torch.{server.grad_mode or 'inference_mode'}()")
+    if server.attn:
+        lines.append(f"attn_implementation={server.attn}")
     return lines
 
 

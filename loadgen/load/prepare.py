@@ -16,6 +16,7 @@ import orjson
 from loadgen.errors import TargetError, UsageError
 from loadgen.load.client import StreamingClient
 from loadgen.load.target import pick_model, token_counter
+from loadgen.results.cellstatus import CellStatus
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import (
     CELLS,
@@ -89,14 +90,14 @@ def reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[dict[
         )
     statuses = read_cell_status(run_dir)
     finished = {
-        i for i, s in statuses.items() if s["status"] not in ("started", "set-aside")
-        and (s["status"] == "done" or not retry_failed)
+        i for i, s in statuses.items() if s.status not in ("started", "set-aside")
+        and (s.status == "done" or not retry_failed)
     }
     set_aside_records(run_dir, keep=finished)
     # cells measured again lose their old status line (a search may probe other values now)
     with (run_dir / CELLS).open("ab") as f:
-        f.writelines(orjson.dumps({"cell": i, "status": "set-aside"}) + b"\n"
-                     for i, s in sorted(statuses.items()) if i not in finished and s["status"] != "set-aside")
+        f.writelines(orjson.dumps(CellStatus(i, "set-aside").to_dict()) + b"\n"
+                     for i, s in sorted(statuses.items()) if i not in finished and s.status != "set-aside")
     provenance: dict[str, Any] = read_json(run_dir / PROVENANCE)
     provenance.setdefault("resumed_wall", []).append(datetime.now(UTC).isoformat())
     return provenance, finished

@@ -41,6 +41,7 @@ from loadgen.load.serving import (
     serve_key,
 )
 from loadgen.load.target import model_context, refused_params, too_long
+from loadgen.results.cellstatus import CellStatus, EarlyStop, SearchProbe, ServerInfo
 from loadgen.results.probes import PROBES, ProbeLog
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import (
@@ -199,15 +200,16 @@ class _Run:
         self.out.write_summary(summary, self.render_report(summary) if self.render_report is not None else None)
 
     def finish_cell(
-        self, cell: Cell, records: list[RequestRecord], status: str, reason: str | None, server: dict[str, Any],
-        extra: dict[str, Any] | None = None,
+        self, cell: Cell, records: list[RequestRecord], status: str, reason: str | None, server: ServerInfo,
+        probe: SearchProbe | None = None, stopped_early: EarlyStop | None = None,
     ) -> None:
-        """Its status line (``extra``: a probe's value and early stop), its summary, its warnings."""
-        line = {"cell": cell.index, "status": status, "reason": reason, "server": server, **(extra or {})}
-        if (calibration := self.provenance.get("text_calibration")) is not None:
-            line["template_tokens"] = calibration["overhead"]
-        if cell.index in self.cache_resets:
-            line["cache_reset"] = self.cache_resets[cell.index]
+        """Its status line (with a probe's value and early stop), its summary, its warnings."""
+        calibration = self.provenance.get("text_calibration")
+        line = CellStatus(
+            cell.index, status, reason, server, probe, stopped_early,
+            template_tokens=None if calibration is None else calibration["overhead"],
+            cache_reset=self.cache_resets.get(cell.index),
+        )
         self.out.cells.write(line)
         samples = self.probes.samples(cell.index)
         self.entries[cell.index] = cell_summary(self.scenario, cell, records, line, samples)
@@ -285,7 +287,7 @@ class _Run:
             ) as client:
                 model = await resolve_model(client, base_url, target.model, self.provenance)
                 self.provenance["model"] = model
-                name_the_model(desc, model, self.provenance.get("server_models"))
+                desc = name_the_model(desc, model, self.provenance.get("server_models"))
                 self.context = model_context(self.provenance.get("server_models"), model)
                 if self.plain and self.context is not None:
                     for cell in todo.known():
@@ -308,7 +310,7 @@ class _Run:
 
     async def _cells(
         self, client: StreamingClient, scraper: MetricsScraper, todo: CellQueue, server: LaunchedServer | None,
-        model: str, calibration: TextCalibration, desc: dict[str, Any], stop: asyncio.Event,
+        model: str, calibration: TextCalibration, desc: ServerInfo, stop: asyncio.Event,
     ) -> None:
         """Measure the cells one after another, until they are done or the engine died."""
         while not stop.is_set() and (cell := todo.take()) is not None:
@@ -321,11 +323,12 @@ class _Run:
             cell_stop = asyncio.Event()
             relay = asyncio.create_task(_relay(stop, cell_stop))
             watch = probe_watch(cell, cell_stop.set)
-            line: dict[str, Any] = {}
+            probe: SearchProbe | None = None
             if cell.search is not None:
                 value = cell.concurrency if cell.rate is None else cell.rate
-                line["probe"] = {"search": cell.search, "value": value}
-                self.out.cells.write({"cell": cell.index, "status": "started", **line})
+                assert value is not None
+                probe = SearchProbe(cell.search, float(value))
+                self.out.cells.write(CellStatus(cell.index, "started", probe=probe))
 
             def emit(r: RequestRecord, rule: AbortRule = rule, watch: ProbeWatch | None = watch) -> None:
                 self.writer.write(r)
@@ -336,7 +339,7 @@ class _Run:
 
             if self.context is not None and (why := too_long(cell, self.context)) is not None:
                 relay.cancel()
-                self.finish_cell(cell, [], "failed", why, desc, line)
+                self.finish_cell(cell, [], "failed", why, desc, probe)
                 todo.finished(cell, self.entries[cell.index])
                 continue
             interrupted = False
@@ -351,20 +354,19 @@ class _Run:
                 relay.cancel()
                 records = list(read_records(self.run_dir / RECORDS, start))
                 interrupted = stop.is_set() and rule.reason is None
-                if watch is not None and watch.stopped is not None:
-                    line["stopped_early"] = watch.stopped
+                early = watch.stopped if watch is not None else None
                 if refused is not None:
-                    self.finish_cell(cell, records, "failed", refused, desc, line)
+                    self.finish_cell(cell, records, "failed", refused, desc, probe, early)
                 elif rule.reason is not None:
                     self.abort_reason = rule.reason
-                    self.finish_cell(cell, records, "failed", f"aborted: {rule.reason}", desc, line)
+                    self.finish_cell(cell, records, "failed", f"aborted: {rule.reason}", desc, probe, early)
                 elif not interrupted:
                     status, reason = cell_outcome(records, server)
-                    self.finish_cell(cell, records, status, reason, desc, line)
+                    self.finish_cell(cell, records, status, reason, desc, probe, early)
                 elif records:  # measured before the stop: summarised, not finished
                     samples = self.probes.samples(cell.index)
                     self.entries[cell.index] = cell_summary(
-                        self.scenario, cell, records, {"status": "interrupted", "server": desc}, samples
+                        self.scenario, cell, records, CellStatus(cell.index, "interrupted", server=desc), samples
                     )
                     self.write_outputs()
             if not interrupted:

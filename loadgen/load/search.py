@@ -28,6 +28,7 @@ from loadgen.results.capacity import (
     objective_label,
     slo_figures,
 )
+from loadgen.results.cellstatus import EarlyStop
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.matrix import Cell, SearchLine
@@ -145,7 +146,7 @@ class ProbeWatch:
         self.slo = search.slo
         self.enabled = search.early_stop
         self.planned, self.open_loop, self._stop = planned, open_loop, stop
-        self.stopped: dict[str, Any] | None = None
+        self.stopped: EarlyStop | None = None
         self.records: list[RequestRecord] = []
         self.over: Counter[str] = Counter()
         self.ended = self.failed = 0
@@ -153,7 +154,7 @@ class ProbeWatch:
         self.next_check = self.MIN_RECORDS
 
     def _halt(self, objective: str, reason: str) -> None:
-        self.stopped = {"objective": objective, "reason": reason}
+        self.stopped = EarlyStop(objective, reason)
         self._stop()
 
     def add(self, r: RequestRecord) -> None:

@@ -19,6 +19,7 @@ from loadgen.engines.preflight import engine_info, prepare
 from loadgen.engines.registry import SIM, backend_of, engine_named
 from loadgen.engines.spec import EngineSpec
 from loadgen.errors import UsageError
+from loadgen.results.cellstatus import ServerInfo, SettingValues
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import PROVENANCE, write_json
 from loadgen.scenario.matrix import Cell
@@ -61,19 +62,16 @@ def engine_spec(point: Scenario, cpus: tuple[int, ...] = ()) -> EngineSpec:
     return build_spec(serve.model_copy(update=update), cpus)
 
 
-def spec_summary(spec: EngineSpec) -> dict[str, Any]:
+def spec_summary(spec: EngineSpec) -> ServerInfo:
     """The resolved engine configuration a cell ran on, as the tables show it."""
     s = spec.setting
-    return {
-        "backend": spec.backend, "model": spec.served_name, "checkpoint": spec.model.checkpoint,
-        "quant": spec.model.quant, "device": spec.device, "gpus": list(spec.gpus),
-        "gpu_count": len(spec.gpus) if spec.device == "cuda" else 0, "tp": spec.tp, "pp": spec.pp,
-        "setting": s.name, "setting_values": {
-            "gpu_memory_utilization": s.gpu_memory_utilization, "max_model_len": s.max_model_len,
-            "enforce_eager": s.enforce_eager,
-        },
-        "attn": spec.attn, "load_in": spec.load_in, "grad_mode": spec.grad_mode,
-    }
+    return ServerInfo(
+        backend=spec.backend, launched=True, model=spec.served_name, checkpoint=spec.model.checkpoint,
+        quant=spec.model.quant, device=spec.device, gpus=spec.gpus,
+        gpu_count=len(spec.gpus) if spec.device == "cuda" else 0, tp=spec.tp, pp=spec.pp, setting=s.name,
+        setting_values=SettingValues(s.gpu_memory_utilization, s.max_model_len, s.enforce_eager),
+        attn=spec.attn, load_in=spec.load_in, grad_mode=spec.grad_mode,
+    )
 
 
 def launch_target(
@@ -95,7 +93,7 @@ def launch_target(
             # what the engine needs to serve POST /reset_prefix_cache
             launch = replace(launch, env={**launch.env, **engine_named(spec.backend).reset_cache_env})
         info = prepare(spec, launch, force=point.serve.force)
-        info["spec"] = spec_summary(spec)
+        info["spec"] = spec_summary(spec).to_dict()
     info["log"] = log_path.name
     provenance["server"] = info
     provenance.setdefault("servers", []).append(info)
@@ -117,39 +115,36 @@ def launch_target(
     return server, base_url, info
 
 
-def describe_server(point: Scenario, info: dict[str, Any]) -> dict[str, Any]:
-    """What a table needs to know of a cell's server: engine, model, quantization, GPUs, setting."""
+def describe_server(point: Scenario, info: dict[str, Any]) -> ServerInfo:
+    """What a table needs to know of a cell's server: engine, model, quantization, GPUs, setting
+    (``info``: what the launch recorded of it, in provenance)."""
     serve = point.serve
     if serve is None:
         url = point.target.base_url
-        return {"backend": None, "base_url": url and redact_url(url), "launched": False,
-                "quant": point.target.quant}
-    out: dict[str, Any] = {
+        return ServerInfo(base_url=url and redact_url(url), quant=point.target.quant)
+    version = (info.get("engine") or {}).get("version")
+    if info.get("spec"):
+        return replace(ServerInfo.from_dict(info["spec"]), version=version or None)
+    return ServerInfo(
         # an engine's spec says its dtype or quantization; the simulator has none unless declared
-        "backend": backend_of(serve.backend), "model": serve.model,
-        "quant": serve.quant or point.target.quant or (None if serve.backend == SIM else "bf16"),
-        "setting": serve.setting, "launched": True, "tp": serve.tp or 1, "attn": serve.attn,
-        "load_in": serve.load_in, "grad_mode": serve.grad_mode,
-    }
-    spec = info.get("spec")
-    if spec:
-        out |= spec
-    engine = info.get("engine") or {}
-    if engine.get("version"):
-        out["version"] = engine["version"]
-    return out
+        backend=backend_of(serve.backend), launched=True, model=serve.model,
+        quant=serve.quant or point.target.quant or (None if serve.backend == SIM else "bf16"),
+        setting=serve.setting, tp=serve.tp or 1, attn=serve.attn, load_in=serve.load_in,
+        grad_mode=serve.grad_mode, version=version or None,
+    )
 
 
-def name_the_model(desc: dict[str, Any], model: str, models: Any) -> None:
-    """The model the server serves (its ``/v1/models`` id) where the launch did not name one,
-    and, for a server loadgen did not start, the engine that list says owns it."""
-    if not desc.get("model"):
-        desc["model"] = model
+def name_the_model(desc: ServerInfo, model: str, models: Any) -> ServerInfo:
+    """The server with the model it serves (its ``/v1/models`` id) where the launch did not name
+    one, and, for a server loadgen did not start, the engine that list says owns it."""
+    if not desc.model:
+        desc = replace(desc, model=model)
     data = models.get("data") if isinstance(models, dict) else None
-    if desc.get("backend") is None and isinstance(data, list):
+    if desc.backend is None and isinstance(data, list):
         owners = [m.get("owned_by") for m in data if isinstance(m, dict) and m.get("id") == model]
         if owners and isinstance(owners[0], str) and owners[0]:
-            desc["owned_by"] = owners[0]
+            desc = replace(desc, owned_by=owners[0])
+    return desc
 
 
 def exit_status(code: int) -> str:

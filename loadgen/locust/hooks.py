@@ -23,6 +23,7 @@ from loadgen.errors import LoadgenError
 from loadgen.locust.plan import RunDirSink
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log
 from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, rows_csv
+from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.rundir import base_provenance
 
 CHARTS_JS = Path(__file__).with_name("llm_tab.js")
@@ -111,9 +112,9 @@ def _users() -> tuple[int, ...]:
     return STATE.plan.steps if STATE.used_shape else (max(STATE.peak_users, 1),)
 
 
-def _server(environment: Environment) -> dict[str, Any]:
-    return {"backend": None, "base_url": environment.host, "launched": False, "client": "locust",
-            "model": STATE.model, "quant": STATE.plan.scenario.target.quant if STATE.plan else None}
+def _server(environment: Environment) -> ServerInfo:
+    return ServerInfo(base_url=environment.host, model=STATE.model,
+                      quant=STATE.plan.scenario.target.quant if STATE.plan else None)
 
 
 def _sample_charts(environment: Environment) -> None:

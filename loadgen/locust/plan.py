@@ -16,6 +16,7 @@ import orjson
 
 from loadgen.errors import ScenarioError
 from loadgen.report.summary import render_markdown
+from loadgen.results.cellstatus import CellStatus, ServerInfo
 from loadgen.results.records import RECORD_TIMES, RequestRecord
 from loadgen.results.rundir import RunDirWriter, build_summary_from_dir
 from loadgen.results.summary import Summary
@@ -112,21 +113,21 @@ class RunDirSink:
         self.out.records.write(record)
         self.cells_seen.add(record.cell)
 
-    def snapshot(self, users: tuple[int, ...], *, interrupted: bool, server: dict[str, Any]) -> Summary:
+    def snapshot(self, users: tuple[int, ...], *, interrupted: bool, server: ServerInfo) -> Summary:
         """Write the scenario, cell statuses, summary and report of what was recorded so far
         (at each stop of the test, and at the end); returns the summary."""
         scenario = locust_scenario(self.plan, users)
         self.out.write_scenario(scenario)
         for cell in expand_cells(scenario):
             if cell.index in self.cells_seen:  # the last status line of a cell is the one read
-                self.out.cells.write({"cell": cell.index, "status": "done", "reason": None, "server": server})
+                self.out.cells.write(CellStatus(cell.index, "done", server=server))
         self.provenance["end_wall"] = datetime.now(UTC).isoformat()
         self.out.write_provenance(self.provenance)
         summary = replace(build_summary_from_dir(self.run_dir, scenario), interrupted=interrupted)
         self.out.write_summary(summary, render_markdown(summary))
         return summary
 
-    def close(self, users: tuple[int, ...], *, interrupted: bool, server: dict[str, Any]) -> Summary:
+    def close(self, users: tuple[int, ...], *, interrupted: bool, server: ServerInfo) -> Summary:
         """The last snapshot, then the files closed and the directory's lock released."""
         summary = self.snapshot(users, interrupted=interrupted, server=server)
         self.out.close()

@@ -6,12 +6,14 @@ answer marked (``capacity.png``; ``capacity-N.png`` for search N of several).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from loadgen.report.layouts import model_label, quant_label, software_label
 from loadgen.report.tables import Table
 from loadgen.results.capacity import ERROR_RATE, QUEUE, objective_label
+from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.summary import CellSummary, Summary
 
 
@@ -106,8 +108,8 @@ def capacity_table(summary: Summary) -> Table:
     rows = []
     for cap in summary.capacity:
         cell = _first_probe(summary, cap)
-        server = dict(cell.server) if cell is not None else {}
-        server["model"] = server.get("model") or summary.model
+        server = cell.server if cell is not None else ServerInfo()
+        server = replace(server, model=server.model or summary.model)
         binds = ", ".join(objective_label(k) for k in cap["limiting_slo"] if k != QUEUE) or (
             "queue" if QUEUE in cap["limiting_slo"] else "-")
         if cap["binds_at"] is not None:

@@ -14,6 +14,7 @@ from typing import Any
 from loadgen.engines.catalogue import load_catalogue, resolve_setting
 from loadgen.engines.registry import ENGINES, SIM, engine_of_server
 from loadgen.report.tables import Table
+from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.summary import CellSummary, Distribution, Summary
 
 QUANT_LABELS: dict[str, str] = {
@@ -29,32 +30,30 @@ GIB = float(1 << 30)
 UNKNOWN = "unknown"
 
 
-def model_label(server: dict[str, Any]) -> str:
+def model_label(server: ServerInfo) -> str:
     """``Qwen2-7B-Instruct`` for a catalogued model; the last path part of a checkpoint or of
     the id the server serves; ``unknown`` where nobody said (never a part of the URL)."""
-    name = server.get("model")
+    name = server.model
     if name:
         entry = load_catalogue().get(str(name).lower())
         if entry is not None:
             return entry.hub.split("/")[-1]
-    named = server.get("checkpoint") or name
+    named = server.checkpoint or name
     return PurePath(str(named)).name if named else UNKNOWN
 
 
-def quant_label(server: dict[str, Any]) -> str:
+def quant_label(server: ServerInfo) -> str:
     """What was launched (an engine's dtype or quantization) or declared (``target.quant``);
     ``unknown`` otherwise."""
-    quant = server.get("quant")
+    quant = server.quant
     return QUANT_LABELS.get(str(quant), str(quant)) if quant else UNKNOWN
 
 
-def software_label(server: dict[str, Any]) -> str:
+def software_label(server: ServerInfo) -> str:
     """The engine loadgen launched; for a given URL, the owner ``/v1/models`` names, else unknown."""
-    backend = server.get("backend")
-    if backend:
-        return SOFTWARE_LABELS.get(str(backend), str(backend))
-    owner = server.get("owned_by")
-    return f"{owner} (at {server.get('base_url')})" if owner else UNKNOWN
+    if server.backend:
+        return SOFTWARE_LABELS.get(server.backend, server.backend)
+    return f"{server.owned_by} (at {server.base_url})" if server.owned_by else UNKNOWN
 
 
 AXIS_TITLES: dict[str, str] = {
@@ -90,7 +89,7 @@ def cell_memory(cell: CellSummary) -> tuple[float | None, str]:
     server = cell.server
     gpu = cell.gpu_memory
     peak = ((cell.server_metrics or {}).get("engine_peak_allocated_bytes") or {}).get("max")
-    if server.get("device") == "cpu":
+    if server.device == "cpu":
         return None, "n/a (CPU)"
     if (engine := engine_of_server(server)) is not None and engine.reports_peak_memory and peak:
         return peak / GIB, ""
@@ -144,13 +143,13 @@ def speed_rows(summary: Summary) -> list[SpeedRow]:
         note = cell.note
         if cell.status == "failed":
             note = f"failed: {cell.reason}"[:60]
-        gpus = server.get("gpu_count")
+        gpus = server.gpu_count
         rows.append(SpeedRow(
             model=model_label(server), input_length=int(cell.params["input_tokens"]),
             quantization=quant_label(server),
-            gpu_num="CPU" if server.get("device") == "cpu" else ("-" if gpus is None else str(gpus)),
+            gpu_num="CPU" if server.device == "cpu" else ("-" if gpus is None else str(gpus)),
             speed=dist.mean, speed_std=dist.std, memory_gib=mem, memory_text=mem_text,
-            note=note, setting=server.get("setting"),
+            note=note, setting=server.setting,
         ))
     return rows
 
@@ -196,7 +195,7 @@ def single_stream_tables(summary: Summary, *, spread: bool = False) -> list[Tabl
     """The documents' layout: one table per model and engine, settings presets as footnotes."""
     groups: dict[tuple[str, str], list[tuple[SpeedRow, CellSummary]]] = {}
     for row, cell in zip(speed_rows(summary), summary.cells, strict=True):
-        engine = str(cell.server.get("backend"))
+        engine = str(cell.server.backend)
         groups.setdefault((row.model, engine), []).append((row, cell))
     tables = []
     for (model, engine), items in groups.items():
@@ -205,10 +204,10 @@ def single_stream_tables(summary: Summary, *, spread: bool = False) -> list[Tabl
         settings = sorted({r.setting for r in rows if r.setting}, key=lambda s: (s != "default", s))
         notes = []
         if any(s != "default" for s in settings):
-            notes = [setting_footnote(s, server.get("model")) for s in ["default", *settings] if s]
+            notes = [setting_footnote(s, server.model) for s in ["default", *settings] if s]
             notes = list(dict.fromkeys(notes))
         declared = engine_of_server(server)
-        if declared is not None and declared.preallocates and any(c.server.get("device") != "cpu" for _, c in items):
+        if declared is not None and declared.preallocates and any(c.server.device != "cpu" for _, c in items):
             kv = [
                 (c.server_metrics or {}).get("kv_cache_usage", {}).get("max") for _, c in items
             ]
@@ -299,7 +298,7 @@ def compare_rows(
         for cell in summary.cells:
             if cell.status == "done" or not done:
                 s = cell.server
-                key = repr(sorted((k, str(v)) for k, v in s.items() if k not in ("version", "gpus")))
+                key = repr(sorted((k, str(v)) for k, v in s.to_dict().items() if k not in ("version", "gpus")))
                 out.setdefault(key, []).append(cell)
         return out
 
@@ -328,8 +327,8 @@ def compare_rows(
             mems = [m for c in common if (m := cell_memory(c)[0]) is not None]
             s = common[0].server if common else cells[0].server
             notes = name
-            if s.get("version"):
-                notes += f", {SOFTWARE_LABELS.get(str(s.get('backend')), '')} {s['version']}"
+            if s.version:
+                notes += f", {SOFTWARE_LABELS.get(str(s.backend), '')} {s.version}"
             if not common:
                 notes += ": no cell in common with the baseline"
             if cells and not mems:
@@ -344,15 +343,15 @@ def compare_rows(
     return rows, base_index
 
 
-def settings_lines(server: dict[str, Any]) -> tuple[str, ...]:
+def settings_lines(server: ServerInfo) -> tuple[str, ...]:
     """The cross-engine comparison's Settings column: the dtype / quantization and each engine
     option that differs from a plain run."""
     lines = [quant_label(server)]
     if (engine := engine_of_server(server)) is not None:
         lines += engine.settings(server)
-    if server.get("setting") not in (None, "default"):
-        lines.append(f"Setting {server['setting']}")
-    if server.get("device") == "cpu":
+    if server.setting not in (None, "default"):
+        lines.append(f"Setting {server.setting}")
+    if server.device == "cpu":
         lines.append("CPU")
     return tuple(lines)
 

@@ -39,7 +39,7 @@ def plot_speed(summary: Summary, path: Path) -> Path | None:
         if dist.mean is None or dist.min is None or dist.max is None:
             continue
         s = cell.server
-        engine = str(s.get("backend"))
+        engine = str(s.backend)
         line = f"{quant_label(s)} ({ENGINE_LABELS.get(engine, engine)})"
         panels.setdefault(model_label(s), {}).setdefault(line, []).append(
             (int(cell.params["input_tokens"]), dist.mean, dist.min, dist.max)

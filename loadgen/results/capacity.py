@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
+from loadgen.results.cellstatus import EarlyStop
 from loadgen.results.metrics import itl_values
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
@@ -116,19 +118,20 @@ def goodput_count(records: Sequence[RequestRecord], slo: SearchSlo) -> int:
 
 def probe_entry(
     search: int, search_spec: Search, value: float, records: Sequence[RequestRecord], status: str,
-    stopped_early: dict[str, Any] | None, duration_s: float | None,
+    stopped_early: EarlyStop | None, duration_s: float | None,
 ) -> dict[str, Any]:
     """``summary.json: cells[].probe``: what the probe measured against the objectives."""
     slo = search_spec.slo
     figures = slo_figures(records, slo)
     broke = broken(figures, slo)
-    if stopped_early is not None and stopped_early.get("objective") not in (None, *broke):
-        broke.append(stopped_early["objective"])
+    if stopped_early is not None and stopped_early.objective not in broke:
+        broke.append(stopped_early.objective)
     good = goodput_count(records, slo)
     return {
         "search": search, "by": search_spec.by, "value": value, "figures": figures, "broken": broke,
         "meets_slo": status == "done" and not broke and stopped_early is None,
-        "stopped_early": stopped_early, "goodput": good / duration_s if duration_s else None,
+        "stopped_early": None if stopped_early is None else asdict(stopped_early),
+        "goodput": good / duration_s if duration_s else None,
     }
 
 

@@ -23,6 +23,7 @@ import re
 import socket
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ import yaml
 from loadgen import __version__
 from loadgen.errors import RunDirError, ScenarioError, UsageError
 from loadgen.results.capacity import capacity_of, probe_entry
+from loadgen.results.cellstatus import CellStatus, ServerInfo
 from loadgen.results.client import summarize_client
 from loadgen.results.metrics import summarize
 from loadgen.results.probes import (
@@ -99,15 +101,15 @@ def cell_summary(
     scenario: Scenario,
     cell: Cell,
     records: list[RequestRecord],
-    status: dict[str, Any],
+    status: CellStatus,
     samples: dict[str, list[dict[str, Any]]],
 ) -> CellSummary:
     """One entry of ``summary.json: cells``, from the cell's records, status line and probe samples."""
     point = cell.point or scenario
-    server = status.get("server") or {}
-    if server.get("device") == "cpu":
+    server = status.server or ServerInfo()
+    if server.device == "cpu":
         no_gpu = "the engine runs on CPU"
-    elif server.get("launched") is False:
+    elif not server.launched:
         no_gpu = "the server was not started by loadgen: no process to attribute GPU memory to"
     else:
         no_gpu = "no GPU memory samples (no NVIDIA GPU visible through NVML)"
@@ -116,7 +118,7 @@ def cell_summary(
     hit_rate, _ = prefix_cache_hit_rate(server_metrics)
     warnings = []
     # a chat template's tokens are the same in every request: the server may serve them from its cache
-    shared = max(float(status.get("template_tokens") or 0.0), 0.0) / max(cell.input_tokens, 1)
+    shared = max(float(status.template_tokens or 0.0), 0.0) / max(cell.input_tokens, 1)
     if (
         hit_rate is not None and hit_rate > CACHE_HIT_WARN + shared
         and not point.workload.shares_content
@@ -134,13 +136,13 @@ def cell_summary(
         assert value is not None
         probe = probe_entry(
             cell.search, point.load.search, float(value), [r for r in records if not r.warmup],
-            status["status"], status.get("stopped_early"), metrics.duration_s if metrics else None,
+            status.status, status.stopped_early, metrics.duration_s if metrics else None,
         )
     return CellSummary(
         cell=cell.index,
         params=cell.params(),
-        status=status["status"],
-        reason=status.get("reason"),
+        status=status.status,
+        reason=status.reason,
         note=point.note,
         server=server,
         metrics=metrics,
@@ -148,7 +150,7 @@ def cell_summary(
         gpu_memory=summarize_gpu(samples.get("gpu", []), reason=no_gpu),
         client=summarize_client(samples.get("client", []), records, cell.rate is not None),
         server_prefix_cache_hit_rate=hit_rate,
-        cache_reset=status.get("cache_reset"),
+        cache_reset=status.cache_reset,
         warnings=tuple(warnings),
         probe=probe,
     )
@@ -169,15 +171,15 @@ def assemble_summary(
     )
 
 
-def probe_cells(scenario: Scenario, statuses: dict[int, dict[str, Any]]) -> list[Cell]:
+def probe_cells(scenario: Scenario, statuses: dict[int, CellStatus]) -> list[Cell]:
     """The probes a run directory's searches measured, from their status lines (a probe's line
     is written when it starts, with its value, and again when it ends)."""
     lines = search_lines(scenario)
     cells = []
     for index, status in sorted(statuses.items()):
-        probe = status.get("probe")
-        if probe is not None and 0 <= probe["search"] < len(lines):
-            cells.append(lines[probe["search"]].probe(index, float(probe["value"])))
+        probe = status.probe
+        if probe is not None and 0 <= probe.search < len(lines):
+            cells.append(lines[probe.search].probe(index, probe.value))
     return cells
 
 
@@ -271,24 +273,24 @@ class CellStatusLog:
     def __init__(self, run_dir: Path) -> None:
         self._file = (run_dir / CELLS).open("ab")  # noqa: SIM115 - closed in close()
 
-    def write(self, line: dict[str, Any]) -> None:
-        self._file.write(orjson.dumps(line) + b"\n")
+    def write(self, line: CellStatus) -> None:
+        self._file.write(orjson.dumps(line.to_dict()) + b"\n")
         self._file.flush()
 
     def close(self) -> None:
         self._file.close()
 
 
-def read_cell_status(run_dir: Path) -> dict[int, dict[str, Any]]:
+def read_cell_status(run_dir: Path) -> dict[int, CellStatus]:
     """The last status line of each cell (a resumed cell's new line replaces its old one)."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, CellStatus] = {}
     path = run_dir / CELLS
     if path.is_file():
         for n, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
             if line.endswith(b"\n"):
                 try:
-                    entry = orjson.loads(line)
-                    out[int(entry["cell"])] = entry
+                    entry = CellStatus.from_dict(orjson.loads(line))
+                    out[entry.cell] = entry
                 except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                     raise RunDirError(f"{path}: line {n} is not a cell status ({exc})") from None
     return out
@@ -337,10 +339,10 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
     entries = []
     for cell in [*expand_cells(scenario), *probe_cells(scenario, statuses)]:
         status = statuses.get(cell.index)
-        if status is None or status["status"] == "started":
+        if status is None or status.status == "started":
             if cell.index not in by_cell:
                 continue
-            status = {**(status or {}), "status": "done" if legacy else "interrupted"}
+            status = replace(status or CellStatus(cell.index, ""), status="done" if legacy else "interrupted")
         entries.append(cell_summary(scenario, cell, by_cell.get(cell.index, []), status, probes.get(cell.index, {})))
     provenance: dict[str, Any] = {}
     if (run_dir / PROVENANCE).is_file():

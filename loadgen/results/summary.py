@@ -2,15 +2,17 @@
 
 ``summary.json`` is ``Summary.to_dict()``; ``Summary.from_dict`` reads it back, including files
 written before ``schema_version`` existed (version 1: the same keys, without the version). All
-times are seconds; renderers convert. What a probe reports (the server's metrics, GPU memory,
-the client's health) and what a cell's server and parameters were stay plain mappings: their
-keys depend on the engine and on the matrix.
+times are seconds; renderers convert. A cell's server is a ``ServerInfo``; what the server's
+metrics and GPU memory samples report, and a cell's parameters, stay plain mappings: their keys
+depend on the engine and on the matrix.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from loadgen.results.cellstatus import ServerInfo
 
 SCHEMA_VERSION = 2
 STAT_KEYS: tuple[str, ...] = ("mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9")
@@ -133,7 +135,7 @@ class CellSummary:
     status: str  # done | failed | interrupted
     reason: str | None
     note: str
-    server: dict[str, Any]
+    server: ServerInfo
     metrics: CellMetrics | None
     server_metrics: dict[str, Any] | None = None
     gpu_memory: dict[str, Any] = field(default_factory=dict)
@@ -152,6 +154,7 @@ class CellSummary:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["server"] = self.server.to_dict()
         out["metrics"] = None if self.metrics is None else self.metrics.to_dict()
         out["warnings"] = list(self.warnings)
         if self.probe is None:
@@ -163,7 +166,7 @@ class CellSummary:
         metrics = data.get("metrics")
         return cls(
             cell=int(data["cell"]), params=dict(data.get("params") or {}), status=str(data.get("status")),
-            reason=data.get("reason"), note=data.get("note") or "", server=dict(data.get("server") or {}),
+            reason=data.get("reason"), note=data.get("note") or "", server=ServerInfo.from_dict(data.get("server")),
             metrics=None if metrics is None else CellMetrics.from_dict(metrics),
             server_metrics=data.get("server_metrics"), gpu_memory=dict(data.get("gpu_memory") or {}),
             client=data.get("client"), server_prefix_cache_hit_rate=data.get("server_prefix_cache_hit_rate"),

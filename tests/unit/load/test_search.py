@@ -6,6 +6,7 @@ import pytest
 
 from loadgen.errors import ScenarioError, UsageError
 from loadgen.load.search import Numbering, ProbeWatch, SearchQueue, resumed_results
+from loadgen.results.cellstatus import EarlyStop
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import expand_cells, search_lines
@@ -38,8 +39,8 @@ def test_stops_once_the_percentile_must_break() -> None:
     w.add(rec(301.0, i=11))
     assert stops.count == 1
     assert w.stopped is not None
-    assert w.stopped["objective"] == "ttft_ms.p99"
-    assert w.stopped["reason"].startswith("2 of the 100 requests over 300 ms")
+    assert w.stopped.objective == "ttft_ms.p99"
+    assert w.stopped.reason.startswith("2 of the 100 requests over 300 ms")
     w.add(rec(900.0, i=12))
     assert stops.count == 1  # told once
 
@@ -51,8 +52,8 @@ def test_stops_on_more_failures_than_the_error_rate_allows() -> None:
     assert stops.count == 0  # 5 of 100 is 5%: still met if every other request succeeds
     w.add(rec(0, ok=False, i=5))
     assert stops.count == 1
-    assert w.stopped == {"objective": "error_rate", "reason": "6 of the 100 requests failed: the error rate is "
-                         "over 5.0% whatever the rest do"}
+    assert w.stopped == EarlyStop("error_rate", "6 of the 100 requests failed: the error rate is "
+                                  "over 5.0% whatever the rest do")
 
 
 def test_a_running_figure_far_over_stops_a_probe_of_unknown_length() -> None:
@@ -63,7 +64,7 @@ def test_a_running_figure_far_over_stops_a_probe_of_unknown_length() -> None:
     w.add(rec(50.0, tpot_ms=45.0, i=19))
     assert stops.count == 1
     assert w.stopped is not None
-    assert w.stopped["reason"] == "TPOT p50 over the first 20 requests is 45.0 ms, more than 2 times its bound"
+    assert w.stopped.reason == "TPOT p50 over the first 20 requests is 45.0 ms, more than 2 times its bound"
     # under twice the bound, a running figure says nothing yet
     w2, stops2 = watch(None, tpot_ms={"p50": 20})
     for i in range(40):
@@ -82,7 +83,7 @@ def test_a_growing_server_queue_stops_an_open_loop_probe() -> None:
     scrapes(w, [14])
     assert stops.count == 1
     assert w.stopped is not None
-    assert w.stopped["objective"] == "queue"
+    assert w.stopped.objective == "queue"
     # closed loop: the queue is bounded by the concurrency, never a reason to stop
     closed, stops_closed = watch(None, open_loop=False, ttft_ms={"p99": 300})
     scrapes(closed, [0, 2, 5, 9, 14, 20])

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import orjson
 
+from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.rundir import rebuild_summary
 from loadgen.results.summary import SCHEMA_VERSION, Distribution, Summary
 
@@ -16,6 +18,8 @@ OLD_RUN = Path(__file__).resolve().parents[2] / "data" / "rundir-v1"  # written 
 # what later versions added; everything else keeps its key and value
 ADDED = {
     "schema_version", "seed", "server_prefix_cache_hit_rate", "cache_reset", "warnings", "slot_wait_s", "verdict", "hogs",
+    # a cell's server is a fixed schema now, every field written
+    *(f.name for f in fields(ServerInfo)),
 }
 
 

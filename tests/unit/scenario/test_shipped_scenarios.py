@@ -30,7 +30,7 @@ def scenario_rows(name: str) -> set[tuple[str, int, str, str]]:
     for cell in expand_cells(load_scenario(SCENARIOS / name)):
         assert cell.point is not None
         s = spec_summary(engine_spec(cell.point))
-        rows.add((model_label(s), cell.input_tokens, QUANT_LABELS[s["quant"]], str(s["gpu_count"])))
+        rows.add((model_label(s), cell.input_tokens, QUANT_LABELS[str(s.quant)], str(s.gpu_count)))
     return rows
 
 
@@ -68,8 +68,8 @@ def test_throughput_scenarios_expand_to_the_reference_rows(prompts: int) -> None
         assert cell.point is not None
         s = spec_summary(engine_spec(cell.point))
         assert (cell.input_tokens, cell.output_tokens, cell.concurrency, cell.rate) == (1000, 100, None, None)
-        assert s["tp"] == 2
-        got.add((model_label(s), QUANT_LABELS[s["quant"]], cell.point.workload.num_prompts))
+        assert s.tp == 2
+        got.add((model_label(s), QUANT_LABELS[str(s.quant)], cell.point.workload.num_prompts))
     assert got == want
 
 

@@ -1,0 +1,122 @@
+"""A cell's status line in ``cells.jsonl`` (``CellStatus``) and the server it ran on
+(``ServerInfo``, also each cell's ``server`` in ``summary.json``): fixed schemas, typed here,
+read back from files of any earlier version (unknown keys are ignored, missing ones default)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+# a status line's status: a search's probe has a "started" line before its end; a cell a
+# --resume measures again gets a "set-aside" line
+STATUSES = ("started", "done", "failed", "skipped", "interrupted", "set-aside")
+
+
+@dataclass(frozen=True, slots=True)
+class SettingValues:
+    """The settings preset an engine was launched with."""
+
+    gpu_memory_utilization: float
+    max_model_len: int
+    enforce_eager: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What the tables need to know of a cell's server: the engine loadgen launched (``backend``:
+    an engine's name, or ``sim``), or a server at a given URL (``backend`` None)."""
+
+    backend: str | None = None
+    launched: bool = False
+    model: str | None = None  # the id it serves (a catalogue alias, or /v1/models' id)
+    checkpoint: str | None = None
+    quant: str | None = None  # as launched, or as the scenario declares (target.quant)
+    setting: str | None = None
+    setting_values: SettingValues | None = None
+    device: str | None = None  # cuda | cpu
+    gpus: tuple[int, ...] = ()
+    gpu_count: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    attn: str | None = None
+    load_in: str | None = None
+    grad_mode: str | None = None
+    version: str | None = None  # what the engine says it is
+    base_url: str | None = None  # a given server's URL (credentials removed)
+    owned_by: str | None = None  # a given server: the owner its /v1/models names
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["gpus"] = list(self.gpus)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> ServerInfo:
+        if not isinstance(data, dict):
+            return cls()
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        if isinstance(values.get("setting_values"), dict):
+            s = values["setting_values"]
+            values["setting_values"] = SettingValues(
+                float(s.get("gpu_memory_utilization", 0.0)), int(s.get("max_model_len", 0)),
+                bool(s.get("enforce_eager", False)),
+            )
+        values["gpus"] = tuple(values.get("gpus") or ())
+        values["launched"] = bool(values.get("launched", False))
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchProbe:
+    """Which capacity search a probe cell belongs to, and the load it probes."""
+
+    search: int
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyStop:
+    """Why a search's probe was stopped before its planned end: the objective it broke."""
+
+    objective: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CellStatus:
+    """One line of ``cells.jsonl``: how a cell ended, on which server."""
+
+    cell: int
+    status: str
+    reason: str | None = None
+    server: ServerInfo | None = None
+    probe: SearchProbe | None = None
+    stopped_early: EarlyStop | None = None
+    # the chat template's tokens in every prompt (the text calibration's overhead)
+    template_tokens: float | None = None
+    cache_reset: str | None = None  # how the engine's prefix cache was emptied before the cell
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"cell": self.cell, "status": self.status}
+        if self.status not in ("started", "set-aside"):
+            out["reason"] = self.reason
+            out["server"] = (self.server or ServerInfo()).to_dict()
+        for name in ("probe", "stopped_early"):
+            if (value := getattr(self, name)) is not None:
+                out[name] = asdict(value)
+        for name in ("template_tokens", "cache_reset"):
+            if (value := getattr(self, name)) is not None:
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CellStatus:
+        probe, early = data.get("probe"), data.get("stopped_early")
+        return cls(
+            cell=int(data["cell"]), status=str(data["status"]), reason=data.get("reason"),
+            server=ServerInfo.from_dict(data["server"]) if "server" in data else None,
+            probe=SearchProbe(int(probe["search"]), float(probe["value"])) if isinstance(probe, dict) else None,
+            stopped_early=EarlyStop(str(early.get("objective")), str(early.get("reason")))
+            if isinstance(early, dict) else None,
+            template_tokens=data.get("template_tokens"), cache_reset=data.get("cache_reset"),
+        )
