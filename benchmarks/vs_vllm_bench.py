@@ -27,14 +27,13 @@ from typing import Any
 import httpx
 import orjson
 
+from loadgen.engines.build import build_spec, engine_options, launch_spec
+from loadgen.engines.vllm import vllm_cpu_python
 from loadgen.load.probes import KNOWN
 from loadgen.results.probes import parse_metrics
-from loadgen.engines.build import launch_spec
 from loadgen.servers.cpus import split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, free_port
-from loadgen.engines.build import build_spec, engine_options
 from loadgen.servers.tiny import ensure_tiny
-from loadgen.engines.vllm import vllm_cpu_python
 
 # `vllm bench serve`, run as its CLI runs it; PyPI's CPU build is installed as the distribution
 # vllm-cpu, and vLLM's CLI asks for the version of "vllm" before parsing, so the version lookup

@@ -218,13 +218,13 @@ class _Run:
         if status in ("failed", "skipped"):
             self.obs.message(f"cell {cell.index + 1}/{self.n_cells} {status}: {reason}")
         entry = self.entries[cell.index]
-        if (health := entry.client) and health["client_bound"]:
+        if (health := entry.client) is not None and health.client_bound:
             what = {"starved": "was client-starved", "saturated": "was client-bound"}.get(
-                health.get("verdict", ""), "had a lagging client"
+                health.verdict, "had a lagging client"
             )
             self.obs.message(
-                f"warning: cell {cell.index + 1}/{self.n_cells} {what} ({'; '.join(health['reasons'])}): "
-                f"its TTFT / ITL include the client's own delay; {health['advice']}"
+                f"warning: cell {cell.index + 1}/{self.n_cells} {what} ({'; '.join(health.reasons)}): "
+                f"its TTFT / ITL include the client's own delay; {health.advice}"
             )
         for warning in entry.warnings:
             self.obs.message(f"warning: cell {cell.index + 1}/{self.n_cells}: {warning}")

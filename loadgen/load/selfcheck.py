@@ -10,7 +10,7 @@ each worker's) samples while the window runs.
   work: a clock reading, the HTTP parser, the SSE scan).
 
 Samples go to ``probes.jsonl`` (probe ``client``, one line per process and second);
-``loadgen.results.client`` turns them into the verdict.
+``loadgen.results.clienthealth`` turns them into the verdict.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from loadgen import __version__
 from loadgen.errors import RunDirError, ScenarioError, UsageError
 from loadgen.results.capacity import capacity_of, probe_entry
 from loadgen.results.cellstatus import CellStatus, ServerInfo
-from loadgen.results.client import summarize_client
+from loadgen.results.clienthealth import client_health
 from loadgen.results.metrics import summarize
 from loadgen.results.probes import (
     PROBES,
@@ -148,7 +148,7 @@ def cell_summary(
         metrics=metrics,
         server_metrics=server_metrics,
         gpu_memory=summarize_gpu(samples.get("gpu", []), reason=no_gpu),
-        client=summarize_client(samples.get("client", []), records, cell.rate is not None),
+        client=client_health(samples.get("client", []), records, cell.rate is not None),
         server_prefix_cache_hit_rate=hit_rate,
         cache_reset=status.cache_reset,
         warnings=tuple(warnings),

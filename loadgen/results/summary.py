@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from loadgen.results.cellstatus import ServerInfo
+from loadgen.results.clienthealth import ClientHealth
 
 SCHEMA_VERSION = 2
 STAT_KEYS: tuple[str, ...] = ("mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9")
@@ -139,7 +140,7 @@ class CellSummary:
     metrics: CellMetrics | None
     server_metrics: dict[str, Any] | None = None
     gpu_memory: dict[str, Any] = field(default_factory=dict)
-    client: dict[str, Any] | None = None
+    client: ClientHealth | None = None
     # the witness: the share of prompt tokens the server answered from its prefix cache during
     # the cell (its own counters), None where it exports none; and the cache reset before it
     server_prefix_cache_hit_rate: float | None = None
@@ -155,6 +156,7 @@ class CellSummary:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["server"] = self.server.to_dict()
+        out["client"] = None if self.client is None else self.client.to_dict()
         out["metrics"] = None if self.metrics is None else self.metrics.to_dict()
         out["warnings"] = list(self.warnings)
         if self.probe is None:
@@ -169,7 +171,8 @@ class CellSummary:
             reason=data.get("reason"), note=data.get("note") or "", server=ServerInfo.from_dict(data.get("server")),
             metrics=None if metrics is None else CellMetrics.from_dict(metrics),
             server_metrics=data.get("server_metrics"), gpu_memory=dict(data.get("gpu_memory") or {}),
-            client=data.get("client"), server_prefix_cache_hit_rate=data.get("server_prefix_cache_hit_rate"),
+            client=ClientHealth.from_dict(data.get("client")),
+            server_prefix_cache_hit_rate=data.get("server_prefix_cache_hit_rate"),
             cache_reset=data.get("cache_reset"), warnings=tuple(data.get("warnings") or ()),
             probe=data.get("probe"),
         )

@@ -67,7 +67,8 @@ def test_a_made_up_engine_needs_one_module_and_one_registry_line(tmp_path: Path)
     listed = run(root, "engines", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     row = next(line for line in listed.stdout.splitlines() if "fakeserve" in line)
-    assert "Fake Serve" in row and "yes: always" in row
+    assert "Fake Serve" in row
+    assert "yes: always" in row
     dry = run(root, "serve", "tiny", "--backend", "fakeserve", "--quant", "fake4", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "-m loadgen sim --host 127.0.0.1 --port 8000 --model tiny" in dry.stdout
@@ -84,6 +85,7 @@ def test_a_made_up_engine_needs_one_module_and_one_registry_line(tmp_path: Path)
     assert "Fake Serve" in table.stdout
     records = [orjson.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
     measured = [r for r in records if not r["warmup"]]
-    assert len(measured) == 6 and all(r["error"] is None and r["output_tokens"] == 4 for r in measured)
+    assert len(measured) == 6
+    assert all(r["error"] is None and r["output_tokens"] == 4 for r in measured)
     summary = orjson.loads((tmp_path / "run" / "summary.json").read_bytes())
     assert summary["cells"][0]["server"]["backend"] == "fakeserve"

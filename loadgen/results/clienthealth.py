@@ -1,0 +1,161 @@
+"""The client's health verdict of a cell (``ClientHealth``), from its ``client`` samples and records.
+
+The summary adds send lag (``sent_at - scheduled_at``) from the records of rate-driven cells
+(a closed loop has no schedule to lag behind). Everything comes from the run directory, so
+``loadgen report`` reproduces the verdict "client-bound".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from loadgen.results.records import RequestRecord
+
+# beyond these the run is reported client-bound
+LOOP_LAG_P99_MS = 5.0
+SEND_LAG_P99_MS = 5.0
+CPU_SHARE = 0.90
+# a lagging loop while the client used less than this share of a core: starved, not saturated
+STARVED_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Hog:
+    """A process seen on the client's cores while it was starved."""
+
+    pid: int
+    name: str
+    cpu_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """p50, p99 and the largest of a delay, ms."""
+
+    p50: float
+    p99: float
+    max: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHealth:
+    """The ``client`` entry of a cell in ``summary.json``: was the client, not the server, the limit?"""
+
+    verdict: str  # ok | saturated | starved | lagging
+    hogs: tuple[Hog, ...]
+    workers: int
+    loop_lag_ms: Spread | None
+    send_lag_ms: Spread | None  # open loops only: a closed loop has no schedule to lag behind
+    cpu_s: float
+    cpu_share_max: float
+    reads: int
+    read_us_mean: float | None
+    client_bound: bool
+    reasons: tuple[str, ...]
+    advice: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["hogs"], out["reasons"] = [asdict(h) for h in self.hogs], list(self.reasons)
+        out["thresholds"] = {"loop_lag_p99_ms": LOOP_LAG_P99_MS, "send_lag_p99_ms": SEND_LAG_P99_MS,
+                             "cpu_share": CPU_SHARE}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> ClientHealth | None:
+        if not isinstance(data, dict):
+            return None
+
+        def spread(d: object) -> Spread | None:
+            return Spread(float(d["p50"]), float(d["p99"]), float(d["max"])) if isinstance(d, dict) else None
+
+        return cls(
+            verdict=str(data.get("verdict") or ("lagging" if data.get("client_bound") else "ok")),
+            hogs=tuple(Hog(int(h["pid"]), str(h["name"]), float(h["cpu_share"])) for h in data.get("hogs") or ()),
+            workers=int(data.get("workers", 1)), loop_lag_ms=spread(data.get("loop_lag_ms")),
+            send_lag_ms=spread(data.get("send_lag_ms")), cpu_s=float(data.get("cpu_s", 0.0)),
+            cpu_share_max=float(data.get("cpu_share_max", 0.0)), reads=int(data.get("reads", 0)),
+            read_us_mean=data.get("read_us_mean"), client_bound=bool(data.get("client_bound")),
+            reasons=tuple(data.get("reasons") or ()), advice=data.get("advice"),
+        )
+
+
+def _hogs(samples: list[dict[str, Any]]) -> tuple[Hog, ...]:
+    """The processes seen on the client's cores while it was starved, busiest first."""
+    seen: dict[int, Hog] = {}
+    for s in samples:
+        for h in s.get("hogs") or ():
+            hog = Hog(int(h["pid"]), str(h["name"]), float(h["cpu_share"]))
+            if hog.pid not in seen or hog.cpu_share > seen[hog.pid].cpu_share:
+                seen[hog.pid] = hog
+    return tuple(sorted(seen.values(), key=lambda h: -h.cpu_share)[:3])
+
+
+def _stats(values: list[float]) -> Spread | None:
+    if not values:
+        return None
+    a = np.asarray(values)
+    return Spread(float(np.percentile(a, 50)), float(np.percentile(a, 99)), float(a.max()))
+
+
+def client_health(
+    samples: list[dict[str, Any]], records: list[RequestRecord], rate_driven: bool
+) -> ClientHealth | None:
+    """The cell's verdict from its ``client`` samples (``probes.jsonl``); None when nothing was sampled."""
+    samples = [s["values"] for s in samples]  # probes.jsonl lines: {"cell", "probe", "wall", "values"}
+    if not samples:
+        return None
+    lags = [x for s in samples for x in s["loop_lag_ms"]]
+    per_worker: dict[int, list[float]] = {}
+    for s in samples:
+        acc = per_worker.setdefault(int(s.get("worker", 0)), [0.0, 0.0])
+        acc[0] += s["cpu_s"]
+        acc[1] += s["wall_s"]
+    workers = len(per_worker)
+    cpu_s = sum(c for c, _ in per_worker.values())
+    share = max((c / w for c, w in per_worker.values() if w > 0), default=0.0)
+    reads = sum(s["reads"] for s in samples)
+    read_ms = sum(s["read_ms"] for s in samples)
+    send = None
+    if rate_driven:
+        measured = [r for r in records if not r.warmup and r.sent_at is not None]
+        send = _stats([(r.sent_at - r.scheduled_at - r.slot_wait_s) * 1e3 for r in measured])  # type: ignore[operator]
+    loop = _stats(lags)
+    reasons = []
+    if loop is not None and loop.p99 > LOOP_LAG_P99_MS:
+        reasons.append(f"event-loop lag p99 {loop.p99:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
+    if send is not None and send.p99 > SEND_LAG_P99_MS:
+        reasons.append(f"send lag p99 {send.p99:.1f} ms > {SEND_LAG_P99_MS:g} ms")
+    if share > CPU_SHARE:
+        reasons.append(f"client CPU {share:.0%} of a core > {CPU_SHARE:.0%}")
+    bound = bool(reasons)
+    hogs = _hogs(samples)
+    verdict, advice = "ok", None
+    if share > CPU_SHARE:
+        verdict = "saturated"
+        more = max(workers + 1, math.ceil(workers * max(share, 1.0) / 0.6))
+        advice = (f"the client, not the server, limited this cell: set load.workers: {more} "
+                  "(or auto), or spread the load over hosts with loadgen locust --master")
+    elif loop is not None and loop.p99 > LOOP_LAG_P99_MS and share < STARVED_SHARE:
+        verdict = "starved"
+        reasons.append(f"while the client itself used only {share:.0%} of a core")
+        who = ", ".join(f"{h.name} (pid {h.pid}, {h.cpu_share:.0%} of a core)" for h in hogs)
+        advice = (
+            "another process held the client's core" + (f": {who}" if who else "")
+            + "; keep it off the client's cores (loadgen pins the CPU engines it launches apart from the "
+            "client; load.client_cpus chooses the client's), or free a core; more workers would only add "
+            "to the contention"
+        )
+    elif bound:
+        verdict = "lagging"
+        advice = ("the client's event loop fell behind though no process was seen holding its core: "
+                  "check the machine's load, or spread the load with load.workers")
+    return ClientHealth(
+        verdict=verdict, hogs=hogs, workers=workers, loop_lag_ms=loop, send_lag_ms=send, cpu_s=round(cpu_s, 3),
+        cpu_share_max=round(share, 4), reads=reads, read_us_mean=round(read_ms * 1e3 / reads, 3) if reads else None,
+        client_bound=bound, reasons=tuple(reasons), advice=advice,
+    )
