@@ -7,7 +7,7 @@ import time
 
 from loadgen.load.client import PreparedRequest, StreamingClient
 from loadgen.load.dispatch import LoadPlan, run_load
-from loadgen.load.schedule import iter_offsets, partition
+from loadgen.load.schedule import concurrency_shares, iter_offsets
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.schema import Sampling, Target
 from loadgen.workload.payload import Prompt, build_payload, encode_payload
@@ -25,7 +25,8 @@ def test_slices_of_a_schedule_add_up_to_the_whole(start_sim: StartSim) -> None:
         out: list[list[RequestRecord]] = []
         start = time.perf_counter_ns()
         async with StreamingClient(target, base_url, clock_base_ns=start) as client:
-            for indices, conc in partition(10, 3, 6):
+            for k, conc in enumerate(concurrency_shares(3, 6)):  # worker k of 3 sends k, k + 3, ...
+                indices = range(k, 10, 3)
                 records: list[RequestRecord] = []
                 plan = LoadPlan(pool, iter_offsets(50.0, arrival="constant"), 10, conc)
                 await run_load(client, plan, start_ns=start, emit=records.append, stop=asyncio.Event(),
