@@ -29,8 +29,8 @@ import orjson
 
 from loadgen.engines.build import build_spec, engine_options, launch_spec
 from loadgen.engines.vllm import vllm_cpu_python
-from loadgen.load.probes import KNOWN
-from loadgen.results.probes import parse_metrics
+from loadgen.load.sampling import KNOWN
+from loadgen.results.samples import parse_metrics
 from loadgen.servers.cpus import split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, free_port
 from loadgen.servers.tiny import ensure_tiny

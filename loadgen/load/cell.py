@@ -26,7 +26,7 @@ from loadgen.results.records import RequestRecord
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import Scenario
 from loadgen.workload.payload import PreparedRequest
-from loadgen.workload.prompts import RequestPool, TextCalibration, calibration_from, calibration_probes
+from loadgen.workload.prompts import RequestPool, TextCalibration, calibration_from, calibration_requests
 
 
 class AbortRule:
@@ -58,10 +58,11 @@ async def calibrate(
     client: StreamingClient, scenario: Scenario, model: str, seed: int, cell: int,
     emit: Callable[[RequestRecord], None],
 ) -> TextCalibration:
-    """Two probes (16 and 48 words) give the template overhead and tokens per word; they are
-    recorded like warmups (request ids -1 and -2 of ``cell``), so every request sent is on record."""
+    """Two calibration requests (16 and 48 words) give the template overhead and tokens per word;
+    they are recorded like warmups (request ids -1 and -2 of ``cell``), so every request sent is
+    on record."""
     points = []
-    for n, (words, body) in enumerate(calibration_probes(scenario, model, seed, cell), 1):
+    for n, (words, body) in enumerate(calibration_requests(scenario, model, seed, cell), 1):
         seen: list[RequestRecord] = []
         await client.send(PreparedRequest(cell, body, None, 1, warmup=True), -n, time.perf_counter_ns(), seen.append)
         emit(seen[-1])

@@ -6,20 +6,17 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
-import orjson
 
-from loadgen.errors import TargetError, UsageError
+from loadgen.errors import RunDirError, TargetError, UsageError
 from loadgen.load.client import StreamingClient
 from loadgen.load.target import pick_model, token_counter
-from loadgen.results.cellstatus import CellStatus
+from loadgen.results.provenance import Provenance
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import (
-    CELLS,
     PROVENANCE,
     SCENARIO,
     read_cell_status,
@@ -79,8 +76,10 @@ def with_run_seed(scenario: Scenario, resumed: Path | None, obs: Observer) -> Sc
     return scenario.model_copy(update={"seed": secrets.randbits(63) if seed is None else seed})
 
 
-def reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[dict[str, Any], set[int]]:
-    """An interrupted run directory to continue: same scenario; records of unfinished cells set aside."""
+def reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[Provenance, set[int], list[int]]:
+    """An interrupted run directory to continue: its provenance (marked resumed), the cells it
+    finished, and those measured again, whose records are set aside here (their status lines
+    are the writer's to set aside)."""
     if not (run_dir / SCENARIO).is_file():
         raise UsageError(f"{run_dir}: --resume needs an existing run directory (no {SCENARIO} there)")
     if (run_dir / SCENARIO).read_text() != dump_scenario(scenario):
@@ -94,17 +93,17 @@ def reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[dict[
         and (s.status == "done" or not retry_failed)
     }
     set_aside_records(run_dir, keep=finished)
-    # cells measured again lose their old status line (a search may probe other values now)
-    with (run_dir / CELLS).open("ab") as f:
-        f.writelines(orjson.dumps(CellStatus(i, "set-aside").to_dict()) + b"\n"
-                     for i, s in sorted(statuses.items()) if i not in finished and s.status != "set-aside")
-    provenance: dict[str, Any] = read_json(run_dir / PROVENANCE)
-    provenance.setdefault("resumed_wall", []).append(datetime.now(UTC).isoformat())
-    return provenance, finished
+    again = [i for i, s in sorted(statuses.items()) if i not in finished and s.status != "set-aside"]
+    data = read_json(run_dir / PROVENANCE)
+    if not isinstance(data, dict):
+        raise RunDirError(f"{run_dir / PROVENANCE}: not a JSON object; restore it, or start a new run")
+    provenance = Provenance(data)
+    provenance.resumed()
+    return provenance, finished, again
 
 
 async def resolve_model(
-    client: StreamingClient, base_url: str, wanted: str, provenance: dict[str, Any]
+    client: StreamingClient, base_url: str, wanted: str, provenance: Provenance
 ) -> str:
     try:
         models = await client.fetch_models()
@@ -115,9 +114,9 @@ async def resolve_model(
                 f"{base_url}/models: cannot list models ({reason}); is an OpenAI-compatible "
                 "server running there? (or set target.model to skip the lookup)"
             ) from exc
-        provenance["server_models"] = {"error": reason}
+        provenance.server_models({"error": reason})
         return wanted
-    provenance["server_models"] = models
+    provenance.server_models(models)
     return pick_model(models, wanted, f"{base_url}/models")
 
 

@@ -8,9 +8,7 @@ Progress goes to an ``Observer``; nothing here prints.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ from loadgen.load.prepare import (
     resolve_model,
     with_run_seed,
 )
-from loadgen.load.probes import GpuSampler, MetricsScraper
+from loadgen.load.sampling import GpuSampler, MetricsScraper
 from loadgen.load.search import CellQueue, ProbeWatch, make_queues, probe_watch
 from loadgen.load.serving import (
     cell_outcome,
@@ -42,19 +40,16 @@ from loadgen.load.serving import (
 )
 from loadgen.load.target import model_context, refused_params, too_long
 from loadgen.results.cellstatus import CellStatus, EarlyStop, SearchProbe, ServerInfo
-from loadgen.results.probes import PROBES, ProbeLog
+from loadgen.results.provenance import Provenance
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import (
     RECORDS,
     SERVER_LOG,
-    SUMMARY,
     RunDirWriter,
     assemble_summary,
-    base_provenance,
     build_summary_from_dir,
     cell_summary,
     claim,
-    write_json,
 )
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.matrix import Cell, expand_cells, search_lines
@@ -115,12 +110,14 @@ def execute(
                                scenario.seed or 0, obs.message)
     lock = claim(run_dir)  # before anything in the directory is read or changed
     try:
+        again: list[int] = []
         if resume:
-            provenance, finished = reopen(scenario, run_dir, retry_failed)
+            provenance, finished, again = reopen(scenario, run_dir, retry_failed)
         else:
-            provenance = base_provenance(scenario)
-            finished = set()
+            provenance, finished = Provenance.new(scenario), set()
         out = RunDirWriter(run_dir, resume=resume, lock=lock)
+        for index in again:  # cells measured again lose their old status line (a search may probe others)
+            out.cells.write(CellStatus(index, "set-aside"))
     except BaseException:
         lock.unlink(missing_ok=True)
         raise
@@ -144,7 +141,7 @@ def execute(
                     break
     finally:
         run.close()
-        provenance["end_wall"] = datetime.now(UTC).isoformat()
+        provenance.ended()
         out.write_provenance(provenance)
     if plain and run.engine_death is not None:
         how, log, index = run.engine_death
@@ -155,7 +152,7 @@ def execute(
         )
     summary = run.summary()
     if run.abort_reason is not None:
-        write_json(run_dir / SUMMARY, summary.to_dict())  # report.md already says what was measured
+        out.write_summary(summary, None)  # report.md already says what was measured
     return RunResult(run_dir, summary, run.stop_requested, run.abort_reason)
 
 
@@ -163,7 +160,7 @@ class _Run:
     """The state of one ``execute``: open files, summaries so far, the stop flag."""
 
     def __init__(
-        self, scenario: Scenario, out: RunDirWriter, provenance: dict[str, Any], obs: Observer,
+        self, scenario: Scenario, out: RunDirWriter, provenance: Provenance, obs: Observer,
         render_report: Callable[[Summary], str] | None, n_cells: int, *, plain: bool,
     ) -> None:
         self.scenario, self.out, self.provenance, self.obs = scenario, out, provenance, obs
@@ -176,7 +173,6 @@ class _Run:
             e.cell: e for e in build_summary_from_dir(run_dir, scenario).cells
         }
         self.writer = out.records
-        self.probes = ProbeLog(run_dir / PROBES)
         self.stop_requested = False
         self.abort_reason: str | None = None
         # a plain run (one engine, no matrix) stops at bad input; a matrix fails the cell and goes on
@@ -191,7 +187,7 @@ class _Run:
     def summary(self) -> Summary:
         cells = [self.entries[i] for i in sorted(self.entries)]
         return assemble_summary(
-            self.scenario, cells, model=self.provenance.get("model"), interrupted=self.stop_requested,
+            self.scenario, cells, model=self.provenance.model, interrupted=self.stop_requested,
             aborted=self.abort_reason,
         )
 
@@ -204,14 +200,12 @@ class _Run:
         probe: SearchProbe | None = None, stopped_early: EarlyStop | None = None,
     ) -> None:
         """Its status line (with a probe's value and early stop), its summary, its warnings."""
-        calibration = self.provenance.get("text_calibration")
         line = CellStatus(
-            cell.index, status, reason, server, probe, stopped_early,
-            template_tokens=None if calibration is None else calibration["overhead"],
+            cell.index, status, reason, server, probe, stopped_early, template_tokens=self.provenance.template_tokens,
             cache_reset=self.cache_resets.get(cell.index),
         )
         self.out.cells.write(line)
-        samples = self.probes.samples(cell.index)
+        samples = self.out.samples.samples(cell.index)
         self.entries[cell.index] = cell_summary(self.scenario, cell, records, line, samples)
         self.write_outputs()
         self.obs.cell_finished(cell, self.entries[cell.index])
@@ -242,7 +236,7 @@ class _Run:
             split = split_cores(cores, point.load.client_cpus)
             try:
                 server, url, info = launch_target(
-                    point, self.run_dir / log, self.provenance, self.obs.message, split[0] if split else (),
+                    point, self.run_dir / log, self.provenance, self.out, self.obs.message, split[0] if split else (),
                 )
             except (LaunchError, UsageError) as exc:
                 # an engine not installed here (or a configuration this machine cannot run) is
@@ -259,7 +253,7 @@ class _Run:
                 return
         try:
             if (placed := place_client(point, url, server, self.obs.message)) is not None:
-                self.provenance["cpus"] = placed
+                self.provenance.placed(placed)
             with asyncio.Runner(loop_factory=_new_loop) as runner:
                 runner.run(self._run_cells(todo, url, server, info))
         finally:
@@ -278,7 +272,7 @@ class _Run:
         first = todo.peek()
         assert first is not None
         target = point.target
-        clock_base = self.provenance.setdefault("clock_base_ns", time.perf_counter_ns())
+        clock_base = self.provenance.clock_base_ns()
         desc = describe_server(point, info)
         try:
             async with StreamingClient(
@@ -286,9 +280,9 @@ class _Run:
                 new_connection_per_request=point.load.new_connection_per_request,
             ) as client:
                 model = await resolve_model(client, base_url, target.model, self.provenance)
-                self.provenance["model"] = model
-                desc = name_the_model(desc, model, self.provenance.get("server_models"))
-                self.context = model_context(self.provenance.get("server_models"), model)
+                self.provenance.served_model(model)
+                desc = name_the_model(desc, model, self.provenance.models_answer)
+                self.context = model_context(self.provenance.models_answer, model)
                 if self.plain and self.context is not None:
                     for cell in todo.known():
                         if (why := too_long(cell, self.context)) is not None:
@@ -297,9 +291,7 @@ class _Run:
                 calibration = TextCalibration()
                 if needs_calibration(point):
                     calibration = await calibrate(client, point, model, self.seed, first.index, self.writer.write)
-                    self.provenance["text_calibration"] = {
-                        "overhead": calibration.overhead, "per_word": calibration.per_word,
-                    }
+                    self.provenance.text_calibration(calibration.overhead, calibration.per_word)
                 async with MetricsScraper(base_url) as scraper:
                     await self._cells(client, scraper, todo, server, model, calibration, desc, stop)
         finally:
@@ -364,7 +356,7 @@ class _Run:
                     status, reason = cell_outcome(records, server)
                     self.finish_cell(cell, records, status, reason, desc, probe, early)
                 elif records:  # measured before the stop: summarised, not finished
-                    samples = self.probes.samples(cell.index)
+                    samples = self.out.samples.samples(cell.index)
                     self.entries[cell.index] = cell_summary(
                         self.scenario, cell, records, CellStatus(cell.index, "interrupted", server=desc), samples
                     )
@@ -380,10 +372,11 @@ class _Run:
         model: str, calibration: TextCalibration, emit: Callable[[RequestRecord], None], stop: asyncio.Event,
         watch: ProbeWatch | None = None,
     ) -> None:
-        """One cell with its probes: GPU memory of the engine's processes, the server's /metrics."""
-        def probe(kind: str) -> Callable[[dict[str, Any]], None]:
+        """One cell with its samples: GPU memory of the engine's processes, the server's /metrics,
+        the client's health."""
+        def sampled(kind: str) -> Callable[[dict[str, Any]], None]:
             def write(values: dict[str, Any]) -> None:
-                self.probes.write(cell.index, kind, values)
+                self.out.samples.write(cell.index, kind, values)
                 if watch is not None and kind == "metrics":
                     watch.scrape(values)
 
@@ -392,7 +385,7 @@ class _Run:
         def started(total: int | None) -> None:
             self.obs.cell_started(cell, total, self.n_cells)
 
-        gpu = GpuSampler(server.proc.pid, probe("gpu")) if server is not None and server.proc else None
+        gpu = GpuSampler(server.proc.pid, sampled("gpu")) if server is not None and server.proc else None
 
         async def measured_window() -> None:
             await scraper.reset_peak()
@@ -400,17 +393,17 @@ class _Run:
                 gpu.start()
             # the first scrape is taken before any request is sent: counters over the cell
             # are last minus first, and a request that finished before it would go uncounted
-            await scraper.scrape_once(probe("metrics"))
-            scraping = asyncio.create_task(scraper.run(probe("metrics"), first_done=True))
+            await scraper.scrape_once(sampled("metrics"))
+            scraping = asyncio.create_task(scraper.run(sampled("metrics"), first_done=True))
             try:
                 await measure_window(
                     client, self.scenario, cell, pool, self.seed, emit, stop, started, self.obs.message,
-                    probe("client"),
+                    sampled("client"),
                 )
             finally:
                 scraping.cancel()
                 await asyncio.gather(scraping, return_exceptions=True)
-                await scraper.scrape_once(probe("metrics"))
+                await scraper.scrape_once(sampled("metrics"))
                 if gpu is not None:
                     gpu.stop()
 
@@ -433,7 +426,7 @@ class _Run:
                 raise
             # a server that refuses ignore_eos / min_tokens is measured without them, and told so once
             self.flags.update(dict.fromkeys(refused, False))
-            self.provenance["params_dropped"] = {"params": refused, "reason": str(exc)}
+            self.provenance.params_dropped(refused, str(exc))
             self.out.write_provenance(self.provenance)
             self.obs.message(
                 f"the server refuses {' and '.join(refused)} ({str(exc)[:160]}); sending requests without: "
@@ -450,7 +443,6 @@ class _Run:
 
     def close(self) -> None:
         self.out.close()
-        self.probes.close()
         if self.entries:
             self.write_outputs()
 

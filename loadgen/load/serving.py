@@ -20,8 +20,9 @@ from loadgen.engines.registry import SIM, backend_of, engine_named
 from loadgen.engines.spec import EngineSpec
 from loadgen.errors import UsageError
 from loadgen.results.cellstatus import ServerInfo, SettingValues
+from loadgen.results.provenance import Provenance
 from loadgen.results.records import RequestRecord
-from loadgen.results.rundir import PROVENANCE, write_json
+from loadgen.results.rundir import RunDirWriter
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.redact import redact_url
 from loadgen.scenario.schema import Scenario
@@ -75,11 +76,13 @@ def spec_summary(spec: EngineSpec) -> ServerInfo:
 
 
 def launch_target(
-    point: Scenario, log_path: Path, provenance: dict[str, Any], message: Callable[[str], None],
+    point: Scenario, log_path: Path, provenance: Provenance, out: RunDirWriter, message: Callable[[str], None],
     cpus: tuple[int, ...] = (),
 ) -> tuple[LaunchedServer, str, dict[str, Any]]:
     """Start the simulator or engine of a point's ``serve:`` block, logging to ``log_path``;
-    ``cpus``: the cores it gets when it runs on CPU here (the simulator always does)."""
+    ``cpus``: the cores it gets when it runs on CPU here (the simulator always does). What is
+    launched goes into provenance as soon as it is known (the command, then the process id, then
+    readiness and the engine's version), each time written through ``out``."""
     assert point.serve is not None
     if point.serve.backend == SIM:
         launch = replace(sim_spec(point.serve), cpus=cpus)
@@ -95,22 +98,21 @@ def launch_target(
         info = prepare(spec, launch, force=point.serve.force)
         info["spec"] = spec_summary(spec).to_dict()
     info["log"] = log_path.name
-    provenance["server"] = info
-    provenance.setdefault("servers", []).append(info)
-    write_json(log_path.parent / PROVENANCE, provenance)
+    provenance.launched(info)
+    out.write_provenance(provenance)
     server = LaunchedServer(launch, log_path)
     message(f"starting {launch.name}: {shell_line(launch)}")
     t = time.monotonic()
 
     def spawned(pid: int) -> None:  # on record before readiness, so that no engine goes untraced
         info["pid"] = pid
-        write_json(log_path.parent / PROVENANCE, provenance)
+        out.write_provenance(provenance)
 
     base_url = server.start(on_spawn=spawned)
     info["ready_s"] = round(time.monotonic() - t, 3)
     if launch.name != SIM:
         info["engine"] = engine_info(base_url)
-    write_json(log_path.parent / PROVENANCE, provenance)
+    out.write_provenance(provenance)
     message(f"{launch.name} ready at {base_url} in {info['ready_s']:.1f} s (log: {log_path})")
     return server, base_url, info
 

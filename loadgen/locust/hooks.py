@@ -24,7 +24,7 @@ from loadgen.locust.plan import RunDirSink
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log
 from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, rows_csv
 from loadgen.results.cellstatus import ServerInfo
-from loadgen.results.rundir import base_provenance
+from loadgen.results.provenance import Provenance
 
 CHARTS_JS = Path(__file__).with_name("llm_tab.js")
 
@@ -59,11 +59,11 @@ def _init(environment: Environment, **_: Any) -> None:
     out = getattr(opts, "loadgen_out", None)
     if out:
         assert STATE.plan is not None
-        provenance = base_provenance(STATE.plan.scenario) | {
-            "client": "locust", "locust_version": locust_version, "base_url": environment.host,
-            "clock_base_ns": BASE_NS, "clock_base_epoch_ns": BASE_EPOCH_NS,
-            "clock": "perf_counter per process; workers' records moved onto the master's clock by wall-clock bases",
-        }
+        provenance = Provenance.new(
+            STATE.plan.scenario, client="locust", locust_version=locust_version, base_url=environment.host,
+            clock_base_ns=BASE_NS, clock_base_epoch_ns=BASE_EPOCH_NS,
+            clock="perf_counter per process; workers' records moved onto the master's clock by wall-clock bases",
+        )
         try:
             STATE.sink = RunDirSink(Path(out), STATE.plan, provenance)
         except LoadgenError as exc:
@@ -167,9 +167,9 @@ def _quit(**_: Any) -> None:
         _final_csv(environment, csv_prefix)
         Path(f"{csv_prefix}_llm.csv").write_text(rows_csv(rows))
     if STATE.sink is not None and STATE.plan is not None:
-        STATE.sink.provenance["model"] = STATE.model
-        STATE.sink.provenance["workers"] = (
-            environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
+        STATE.sink.provenance.served_model(STATE.model)
+        STATE.sink.provenance.note(
+            workers=environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         )
         STATE.sink.close(_users(), interrupted=False, server=_server(environment))
         log.info("loadgen: run directory %s (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)

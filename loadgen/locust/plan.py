@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from loadgen.errors import ScenarioError
 from loadgen.report.summary import render_markdown
 from loadgen.results.cellstatus import CellStatus, ServerInfo
+from loadgen.results.provenance import Provenance
 from loadgen.results.records import RECORD_TIMES, RequestRecord
 from loadgen.results.rundir import RunDirWriter, build_summary_from_dir
 from loadgen.results.summary import Summary
@@ -103,7 +102,7 @@ class RunDirSink:
     """loadgen's run directory written from a Locust run (on the master, or the one process):
     records appended as they arrive, summary and report re-derived from them at the end."""
 
-    def __init__(self, run_dir: Path, plan: LocustPlan, provenance: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, plan: LocustPlan, provenance: Provenance) -> None:
         self.out = RunDirWriter(run_dir)
         self.run_dir, self.plan, self.provenance = run_dir, plan, provenance
         self.out.write_provenance(provenance)
@@ -121,7 +120,7 @@ class RunDirSink:
         for cell in expand_cells(scenario):
             if cell.index in self.cells_seen:  # the last status line of a cell is the one read
                 self.out.cells.write(CellStatus(cell.index, "done", server=server))
-        self.provenance["end_wall"] = datetime.now(UTC).isoformat()
+        self.provenance.ended()
         self.out.write_provenance(self.provenance)
         summary = replace(build_summary_from_dir(self.run_dir, scenario), interrupted=interrupted)
         self.out.write_summary(summary, render_markdown(summary))

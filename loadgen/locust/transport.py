@@ -29,7 +29,7 @@ from loadgen.workload.prompts import (
     Stream,
     TextCalibration,
     calibration_from,
-    calibration_probes,
+    calibration_requests,
     needs_calibration,
     prepare_requests,
 )
@@ -65,7 +65,7 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
         calibration = TextCalibration()
         if needs_calibration(plan.scenario):
             points = []
-            for words, body in calibration_probes(plan.scenario, model, seed, process):
+            for words, body in calibration_requests(plan.scenario, model, seed, process):
                 st = StreamState()
                 stream_request(http, url.request_uri, body, headers, t, st)
                 points.append((words, st.prompt_tokens))

@@ -6,7 +6,7 @@
       records.jsonl            one RequestRecord per line, appended as each request ends
       cells.jsonl              one line per finished cell: done / failed, the reason, its server
                                (a search's probe has a line when it starts too, with its value)
-      probes.jsonl             raw samples of the server's /metrics and of GPU memory, per cell
+      probes.jsonl             raw samples of the server's /metrics, GPU memory and the client, per cell
       summary.json             {"cells": [{"params", "status", "server", "metrics", ...}], ...}
       report.md                the summary as Markdown tables
       server.log               the launched server's output (server-N.log, one per engine, in a matrix)
@@ -16,39 +16,36 @@
 
 from __future__ import annotations
 
-import getpass
 import os
-import platform
 import re
-import socket
-import sys
 from collections import defaultdict
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 import yaml
 
-from loadgen import __version__
 from loadgen.errors import RunDirError, ScenarioError, UsageError
 from loadgen.results.capacity import capacity_of, probe_entry
 from loadgen.results.cellstatus import CellStatus, ServerInfo
 from loadgen.results.clienthealth import client_health
 from loadgen.results.metrics import summarize
-from loadgen.results.probes import (
-    PROBES,
+from loadgen.results.provenance import Provenance
+from loadgen.results.records import RecordWriter, RequestRecord, read_records
+from loadgen.results.samples import (
+    SAMPLES,
+    SampleLog,
     prefix_cache_hit_rate,
-    read_probes,
+    read_samples,
     summarize_gpu,
     summarize_server_metrics,
 )
-from loadgen.results.records import RecordWriter, RequestRecord, read_records
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, expand_cells, search_lines
-from loadgen.scenario.redact import dump_scenario, redact_argv, redact_labels
+from loadgen.scenario.redact import dump_scenario, redact_labels
 from loadgen.scenario.schema import Scenario
 
 RECORDS = "records.jsonl"
@@ -74,20 +71,6 @@ def safe_name(name: str) -> str:
     """Letters, digits, ``.``, ``_`` and ``-``; anything else becomes ``_``; no leading dots."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".")[:100]
     return cleaned or "run"
-
-
-def base_provenance(scenario: Scenario) -> dict[str, Any]:
-    """What every run directory says of where and how it was made."""
-    return {
-        "loadgen_version": __version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "user": getpass.getuser(),
-        "argv": redact_argv(sys.argv),
-        "seed": scenario.seed,
-        "start_wall": datetime.now(UTC).isoformat(),
-    }
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -184,9 +167,10 @@ def probe_cells(scenario: Scenario, statuses: dict[int, CellStatus]) -> list[Cel
 
 
 class RunDirWriter:
-    """A run directory being written, by ``loadgen run`` or by a Locust run: claims the
-    directory, then appends records and cell statuses as they come and rewrites the
-    scenario, provenance, summary and report atomically whenever they change."""
+    """A run directory being written, by ``loadgen run`` or by a Locust run, and the only code
+    that writes one: claims the directory, then appends records, cell statuses and samples as
+    they come and rewrites the scenario, provenance, summary and report atomically whenever
+    they change."""
 
     def __init__(self, run_dir: Path, *, resume: bool = False, lock: Path | None = None) -> None:
         self.lock = lock or claim(run_dir)
@@ -199,6 +183,7 @@ class RunDirWriter:
             self.run_dir = run_dir
             self.records = RecordWriter(run_dir / RECORDS)
             self.cells = CellStatusLog(run_dir)
+            self.samples = SampleLog(run_dir / SAMPLES)
         except BaseException:
             self.lock.unlink(missing_ok=True)
             raise
@@ -206,8 +191,8 @@ class RunDirWriter:
     def write_scenario(self, scenario: Scenario) -> None:
         (self.run_dir / SCENARIO).write_text(dump_scenario(scenario))
 
-    def write_provenance(self, provenance: dict[str, Any]) -> None:
-        write_json(self.run_dir / PROVENANCE, provenance)
+    def write_provenance(self, provenance: Provenance) -> None:
+        write_json(self.run_dir / PROVENANCE, provenance.to_dict())
 
     def write_summary(self, summary: Summary, report: str | None) -> None:
         write_json(self.run_dir / SUMMARY, summary.to_dict())
@@ -217,6 +202,7 @@ class RunDirWriter:
     def close(self) -> None:
         self.records.close()
         self.cells.close()
+        self.samples.close()
         self.lock.unlink(missing_ok=True)
 
 
@@ -306,7 +292,7 @@ def read_json(path: Path) -> Any:
 
 def set_aside_records(run_dir: Path, keep: set[int]) -> None:
     """Before a resume: records and probe samples of cells not in ``keep`` move to ``*.set-aside.jsonl``."""
-    for name in (RECORDS, PROBES):
+    for name in (RECORDS, SAMPLES):
         path = run_dir / name
         if not path.is_file():
             continue
@@ -335,7 +321,7 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
             raise RunDirError(f"{run_dir / RECORDS}: unreadable record ({exc})") from exc
     statuses = read_cell_status(run_dir)
     legacy = not (run_dir / CELLS).is_file()
-    probes = read_probes(run_dir / PROBES)
+    probes = read_samples(run_dir / SAMPLES)
     entries = []
     for cell in [*expand_cells(scenario), *probe_cells(scenario, statuses)]:
         status = statuses.get(cell.index)

@@ -240,7 +240,7 @@ def needs_calibration(scenario: Scenario) -> bool:
     return not uses_token_ids(w, scenario.target.api)
 
 
-def calibration_probes(scenario: Scenario, model: str, seed: int, cell: int) -> list[tuple[int, bytes]]:
+def calibration_requests(scenario: Scenario, model: str, seed: int, cell: int) -> list[tuple[int, bytes]]:
     """The two probe requests (16 and 48 words, 1 output token) as (words, body); their text is
     unique like every prompt of the run (stream ``CALIBRATION`` of ``cell``)."""
     maker = PromptMaker(scenario.workload, scenario.target.api, seed)

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from loadgen.errors import TargetError
-from loadgen.load.probes import MetricsScraper
 from loadgen.load.run import execute
+from loadgen.load.sampling import MetricsScraper
 from loadgen.results.rundir import RECORDS
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import StartSim

@@ -10,7 +10,7 @@ import pytest
 
 import loadgen
 from loadgen.engines.registry import ENGINES, MODULES, REGISTRY, engine_named, metric_names
-from loadgen.results.probes import COUNTERS, GAUGES, HISTOGRAMS
+from loadgen.results.samples import COUNTERS, GAUGES, HISTOGRAMS
 from loadgen.scenario.serve import ENGINE_SPECIFIC, EngineOptions
 
 PACKAGE = Path(loadgen.__file__).resolve().parent

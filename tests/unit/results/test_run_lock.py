@@ -51,7 +51,7 @@ def test_a_scenario_name_never_leads_out_of_runs() -> None:
     ("provenance.json", b"{bad json", "provenance.json: not valid JSON"),
     ("summary.json", b"{bad", "summary.json: not valid JSON"),
     ("cells.jsonl", b'{"cell": 0, "status"\n', "cells.jsonl: line 1 is not a cell status"),
-    ("probes.jsonl", b'{"cell": 0}\n', "probes.jsonl: line 1 is not a probe sample"),
+    ("probes.jsonl", b'{"cell": 0}\n', "probes.jsonl: line 1 is not a sample"),
 ])
 def test_report_on_a_corrupt_file_names_it(tmp_path: Path, name: str, garbage: bytes, message: str) -> None:
     from loadgen.errors import RunDirError

@@ -16,7 +16,7 @@ from loadgen.workload.prompts import (
     PromptMaker,
     Stream,
     TextCalibration,
-    calibration_probes,
+    calibration_requests,
     key_digits,
     prepare_requests,
     request_key,
@@ -83,7 +83,7 @@ def test_no_two_requests_of_a_run_share_their_first_cache_block(api: str, kind: 
     cells = expand_cells(sc)
     assert len(cells) == 4
     seed = 12345
-    bodies = [body for _, body in calibration_probes(sc, "m", seed, cells[0].index)]
+    bodies = [body for _, body in calibration_requests(sc, "m", seed, cells[0].index)]
     for cell in cells:
         warm = prepare_requests(sc, cell, "m", TextCalibration(), seed, Stream.WARMUP, count=3)
         pool = prepare_requests(sc, cell, "m", TextCalibration(), seed)

@@ -1,6 +1,6 @@
 """Taking probe samples while a cell runs: GPU memory of the engine's process tree (NVML,
 in a thread) and the server's ``/metrics`` (scraped on the event loop). Their summaries are
-in ``loadgen.results.probes``."""
+in ``loadgen.results.samples``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import psutil
 
 from loadgen.engines.registry import metric_names
 from loadgen.errors import TargetError
-from loadgen.results.probes import MetricNames, parse_metrics
+from loadgen.results.samples import MetricNames, parse_metrics
 from loadgen.servers.gpus import nvml
 
 

@@ -1,5 +1,7 @@
-"""Probe samples beside the load, and their summaries: the server's Prometheus ``/metrics`` and
-GPU memory (NVML). ``loadgen.load.probes`` takes the samples.
+"""Samples taken beside the load, and their summaries: the server's Prometheus ``/metrics``, GPU
+memory (NVML) and the client's own health. ``loadgen.load.sampling`` takes them. (The file keeps
+its first name, ``probes.jsonl``, and each line names its kind under ``"probe"``; a capacity
+search's measured cells are its "probes", which is another thing.)
 
 Both write raw samples to ``probes.jsonl`` (one JSON object per line, tagged with the cell),
 and the summaries are computed from those lines alone, so ``loadgen report`` re-derives them:
@@ -27,7 +29,7 @@ import orjson
 
 from loadgen.errors import RunDirError
 
-PROBES = "probes.jsonl"
+SAMPLES = "probes.jsonl"  # the samples file's name in a run directory
 GIB = float(1 << 30)
 
 # what loadgen reports, by kind; each engine declares its own names for them (``Engine.metrics``)
@@ -199,24 +201,24 @@ def summarize_gpu(samples: list[dict[str, Any]], reason: str | None = None) -> d
     return {"available": True, "source": "nvml process tree", "peak_gib_per_gpu": per, "peak_gib_total": total}
 
 
-class ProbeLog:
-    """Appends probe samples to ``probes.jsonl`` (thread-safe; a line per sample, flushed)."""
+class SampleLog:
+    """Appends samples to ``probes.jsonl`` (thread-safe; a line per sample, flushed)."""
 
     def __init__(self, path: Path) -> None:
         self._file = path.open("ab")  # noqa: SIM115 - closed in close()
         self._lock = threading.Lock()
         self._by_cell: dict[int, dict[str, list[dict[str, Any]]]] = {}
 
-    def write(self, cell: int, probe: str, values: dict[str, Any]) -> None:
-        sample = {"cell": cell, "probe": probe, "wall": time.time(), "values": values}
+    def write(self, cell: int, kind: str, values: dict[str, Any]) -> None:
+        sample = {"cell": cell, "probe": kind, "wall": time.time(), "values": values}
         line = orjson.dumps(sample) + b"\n"
         with self._lock:
             self._file.write(line)
             self._file.flush()
-            self._by_cell.setdefault(cell, {}).setdefault(probe, []).append(sample)
+            self._by_cell.setdefault(cell, {}).setdefault(kind, []).append(sample)
 
     def samples(self, cell: int) -> dict[str, list[dict[str, Any]]]:
-        """What this log wrote for ``cell`` (the same lines ``read_probes`` gives back), without re-reading the file."""
+        """What this log wrote for ``cell`` (the lines ``read_samples`` gives back), without reading the file."""
         with self._lock:
             return {k: list(v) for k, v in self._by_cell.get(cell, {}).items()}
 
@@ -224,8 +226,8 @@ class ProbeLog:
         self._file.close()
 
 
-def read_probes(path: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
-    """Samples by cell and probe; a last line cut short by a crash is skipped."""
+def read_samples(path: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Samples by cell and kind; a last line cut short by a crash is skipped."""
     out: dict[int, dict[str, list[dict[str, Any]]]] = {}
     if not path.is_file():
         return out
@@ -237,7 +239,7 @@ def read_probes(path: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
                 s = orjson.loads(line)
                 out.setdefault(s["cell"], {}).setdefault(s["probe"], []).append(s)
             except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                raise RunDirError(f"{path}: line {n} is not a probe sample ({exc})") from None
+                raise RunDirError(f"{path}: line {n} is not a sample ({exc})") from None
     return out
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from loadgen.load.probes import KNOWN
-from loadgen.results.probes import histogram_quantile, parse_metrics, summarize_gpu, summarize_server_metrics
+from loadgen.load.sampling import KNOWN
+from loadgen.results.samples import histogram_quantile, parse_metrics, summarize_gpu, summarize_server_metrics
 
 PAGE = """# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{{model_name="m"}} {running}

@@ -1,0 +1,104 @@
+"""``provenance.json``: where and how a run was made, and what it learnt on the way (the model
+served, the text calibration, the engines launched, the client's cores). A ``Provenance`` is
+changed through its named methods and written only by the run directory's writer
+(``RunDirWriter.write_provenance``)."""
+
+from __future__ import annotations
+
+import getpass
+import platform
+import socket
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from loadgen import __version__
+from loadgen.scenario.redact import redact_argv
+from loadgen.scenario.schema import Scenario
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class Provenance:
+    def __init__(self, data: dict[str, Any]) -> None:
+        # a JSON object: beside loadgen's own keys it holds what servers said of themselves
+        # (their /v1/models answer, an engine's /version), whose keys are theirs
+        self._data = data
+
+    @classmethod
+    def new(cls, scenario: Scenario, **extra: object) -> Provenance:
+        """What every run directory says of where and how it was made (``extra``: the Locust side's)."""
+        return cls({
+            "loadgen_version": __version__,
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "host": socket.gethostname(),
+            "user": getpass.getuser(),
+            "argv": redact_argv(sys.argv),
+            "seed": scenario.seed,
+            "start_wall": _now(),
+            **extra,
+        })
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._data
+
+    # what a run learns, in the order it learns it
+
+    def resumed(self) -> None:
+        self._data.setdefault("resumed_wall", []).append(_now())
+
+    def clock_base_ns(self) -> int:
+        """The run's clock base (``perf_counter_ns`` at its first measured server), set once."""
+        base: int = self._data.setdefault("clock_base_ns", time.perf_counter_ns())
+        return base
+
+    def launched(self, server: dict[str, Any]) -> None:
+        """An engine (or the simulator) loadgen launched: the current one, and the list of all.
+        ``server`` is updated in place as the launch goes on (its pid, readiness, version)."""
+        self._data["server"] = server
+        self._data.setdefault("servers", []).append(server)
+
+    def placed(self, cpus: dict[str, Any]) -> None:
+        """The cores the client and the engine were given."""
+        self._data["cpus"] = cpus
+
+    def server_models(self, answer: object) -> None:
+        """The server's ``/v1/models`` answer, as it gave it (or ``{"error": ...}``)."""
+        self._data["server_models"] = answer
+
+    def served_model(self, model: str | None) -> None:
+        self._data["model"] = model
+
+    def text_calibration(self, overhead: float, per_word: float) -> None:
+        self._data["text_calibration"] = {"overhead": overhead, "per_word": per_word}
+
+    def params_dropped(self, params: list[str], reason: str) -> None:
+        self._data["params_dropped"] = {"params": params, "reason": reason}
+
+    def note(self, **values: object) -> None:
+        """Facts of a Locust run (its workers)."""
+        self._data.update(values)
+
+    def ended(self) -> None:
+        self._data["end_wall"] = _now()
+
+    # what is read back
+
+    @property
+    def model(self) -> str | None:
+        model = self._data.get("model")
+        return model if isinstance(model, str) else None
+
+    @property
+    def models_answer(self) -> object:
+        return self._data.get("server_models")
+
+    @property
+    def template_tokens(self) -> float | None:
+        """The text calibration's overhead: the chat template's tokens in every prompt."""
+        calibration = self._data.get("text_calibration")
+        return None if not isinstance(calibration, dict) else calibration.get("overhead")
