@@ -107,7 +107,6 @@ def shaped(point: Scenario) -> str | None:
 
 async def measure_window(
     client: StreamingClient,
-    scenario: Scenario,
     cell: Cell,
     pool: RequestPool,
     seed: int,
@@ -117,7 +116,7 @@ async def measure_window(
     message: Callable[[str], None],
     health: Callable[[dict[str, Any]], None],
 ) -> None:
-    point = cell.point or scenario
+    point = cell.point
     w, ld = point.workload, point.load
     count = None if ld.duration_s else len(pool)
     workers = resolve_workers(ld.workers)

@@ -19,7 +19,6 @@ def connections_needed(cells: list[Cell], lines: list[SearchLine]) -> int:
     """The most requests any cell (or probe) can have in flight at once."""
     most = 1
     for cell in cells:
-        assert cell.point is not None
         most = max(most, cell.concurrency or cell.point.workload.num_prompts)
     for line in lines:
         search, w = line.search, line.point.workload

@@ -106,7 +106,7 @@ def execute(
     check_models(scenario, scenario.name)
     ensure_fd_limit(connections_needed(cells, lines))
     # datasets and traces are read (and checked) before the run directory is touched
-    sources = read_all_sources([c.point for c in cells if c.point] + [line.point for line in lines],
+    sources = read_all_sources([c.point for c in cells] + [line.point for line in lines],
                                scenario.seed or 0, obs.message)
     lock = claim(run_dir)  # before anything in the directory is read or changed
     try:
@@ -206,7 +206,7 @@ class _Run:
         )
         self.out.cells.write(line)
         samples = self.out.samples.samples(cell.index)
-        self.entries[cell.index] = cell_summary(self.scenario, cell, records, line, samples)
+        self.entries[cell.index] = cell_summary(cell, records, line, samples)
         self.write_outputs()
         self.obs.cell_finished(cell, self.entries[cell.index])
         if status in ("failed", "skipped"):
@@ -309,7 +309,7 @@ class _Run:
             # the cell's records go to disk only (memory stays flat however long the cell);
             # they are read back from where they start once it ends
             start = self.writer.position
-            point = cell.point or self.scenario
+            point = cell.point
             rule = AbortRule(point, stop)
             # the cell's own stop: the run's, or a probe's early stop
             cell_stop = asyncio.Event()
@@ -358,7 +358,7 @@ class _Run:
                 elif records:  # measured before the stop: summarised, not finished
                     samples = self.out.samples.samples(cell.index)
                     self.entries[cell.index] = cell_summary(
-                        self.scenario, cell, records, CellStatus(cell.index, "interrupted", server=desc), samples
+                        cell, records, CellStatus(cell.index, "interrupted", server=desc), samples
                     )
                     self.write_outputs()
             if not interrupted:
@@ -397,7 +397,7 @@ class _Run:
             scraping = asyncio.create_task(scraper.run(sampled("metrics"), first_done=True))
             try:
                 await measure_window(
-                    client, self.scenario, cell, pool, self.seed, emit, stop, started, self.obs.message,
+                    client, cell, pool, self.seed, emit, stop, started, self.obs.message,
                     sampled("client"),
                 )
             finally:
@@ -407,13 +407,13 @@ class _Run:
                 if gpu is not None:
                     gpu.stop()
 
-        point = cell.point or self.scenario
+        point = cell.point
         if point.load.reset_cache == "between-cells":
             self.cache_resets[cell.index] = await scraper.reset_prefix_cache()
         sources = self._sources(point)
 
         def requests(stream: Stream, count: int | None = None) -> RequestPool:
-            return prepare_requests(self.scenario, cell, model, calibration, self.seed, stream, count=count,
+            return prepare_requests(cell, model, calibration, self.seed, stream, count=count,
                                     sources=sources, **self.flags)
 
         if cell.search is not None:

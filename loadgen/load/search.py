@@ -52,7 +52,6 @@ class ListQueue:
 
     def __init__(self, cells: Sequence[Cell]) -> None:
         assert cells
-        assert cells[0].point is not None
         self._point: Scenario = cells[0].point
         self.cells = list(cells)
 

@@ -36,7 +36,6 @@ def group_cells(cells: list[Cell], *, launched: bool) -> list[list[Cell]]:
         return [cells]
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
-        assert cell.point is not None
         groups.setdefault(serve_key(cell.point), []).append(cell)
     return list(groups.values())
 

@@ -73,7 +73,7 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
     finally:
         http.close()
     cell = Cell(process, plan.input_tokens, plan.output_tokens, None, None, plan.scenario)
-    pool = prepare_requests(plan.scenario, cell, model, calibration, seed, Stream.LOCUST)
+    pool = prepare_requests(cell, model, calibration, seed, Stream.LOCUST)
     return Workbench(base, url.request_uri, headers, t, model, pool, calibration)
 
 

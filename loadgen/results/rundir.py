@@ -81,14 +81,13 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def cell_summary(
-    scenario: Scenario,
     cell: Cell,
     records: list[RequestRecord],
     status: CellStatus,
     samples: dict[str, list[dict[str, Any]]],
 ) -> CellSummary:
     """One entry of ``summary.json: cells``, from the cell's records, status line and probe samples."""
-    point = cell.point or scenario
+    point = cell.point
     server = status.server or ServerInfo()
     if server.device == "cpu":
         no_gpu = "the engine runs on CPU"
@@ -329,7 +328,7 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
             if cell.index not in by_cell:
                 continue
             status = replace(status or CellStatus(cell.index, ""), status="done" if legacy else "interrupted")
-        entries.append(cell_summary(scenario, cell, by_cell.get(cell.index, []), status, probes.get(cell.index, {})))
+        entries.append(cell_summary(cell, by_cell.get(cell.index, []), status, probes.get(cell.index, {})))
     provenance: dict[str, Any] = {}
     if (run_dir / PROVENANCE).is_file():
         provenance = read_json(run_dir / PROVENANCE)

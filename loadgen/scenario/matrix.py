@@ -34,7 +34,7 @@ class Cell:
     output_tokens: int
     concurrency: int | None
     rate: float | None
-    point: Scenario | None = field(default=None, compare=False, repr=False)
+    point: Scenario = field(compare=False, repr=False)
     labels: tuple[tuple[str, Any], ...] = ()
     # a search's probe: the search it belongs to (its index among the scenario's searches)
     search: int | None = None
@@ -43,8 +43,6 @@ class Cell:
     def schedule(self) -> str | None:
         """An open-loop schedule other than ``load.rate``, in words: a trace's timestamps, a
         ramp-up or stages (None: the rate, or a closed loop when there is none)."""
-        if self.point is None:
-            return None
         w, ld = self.point.workload, self.point.load
         if w.trace is not None and w.multi_turn is None:
             return "trace timestamps"
@@ -66,16 +64,15 @@ class Cell:
             "concurrency": "unlimited" if self.concurrency is None else self.concurrency,
             "rate": self.rate,
         }
-        if self.point is not None:
-            w = self.point.workload
-            out["num_prompts"] = w.num_prompts
-            # where lengths come from a dataset or trace, the cell's nominal lengths say nothing
-            if w.source != "generated":
-                out["workload"] = w.source
-            elif w.multi_turn is not None:
-                out["workload"] = f"multi-turn x{w.multi_turn.turns}"
-            if (schedule := self.schedule) is not None:
-                out["schedule"] = schedule
+        w = self.point.workload
+        out["num_prompts"] = w.num_prompts
+        # where lengths come from a dataset or trace, the cell's nominal lengths say nothing
+        if w.source != "generated":
+            out["workload"] = w.source
+        elif w.multi_turn is not None:
+            out["workload"] = f"multi-turn x{w.multi_turn.turns}"
+        if (schedule := self.schedule) is not None:
+            out["schedule"] = schedule
         for axis, value in redact_labels(dict(self.labels)).items():
             out.setdefault(axis, value)
         return out

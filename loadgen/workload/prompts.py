@@ -278,13 +278,13 @@ def dataset_of(workload: Workload) -> Dataset | None:
 
 
 def request_maker(
-    scenario: Scenario, cell: Cell, model: str, calibration: TextCalibration, seed: int, stream: Stream,
+    cell: Cell, model: str, calibration: TextCalibration, seed: int, stream: Stream,
     sources: Sources | None = None, *, ignore_eos: bool | None = None, min_tokens: bool | None = None,
 ) -> RequestMaker:
     """How the requests of one stream of ``cell`` are made (the cell's point's workload).
     Warmups get generated prompts of the cell's lengths, so no dataset or trace prompt is
     sent (and cached) before it is measured."""
-    point = cell.point or scenario
+    point = cell.point
     w = point.workload
     samples: tuple[Sample, ...] = ()
     trace: tuple[TraceRow, ...] = ()
@@ -326,16 +326,16 @@ def read_sources(point: Scenario, seed: int, counter: datasets.Count | None) -> 
 
 
 def prepare_requests(
-    scenario: Scenario, cell: Cell, model: str, calibration: TextCalibration, seed: int,
+    cell: Cell, model: str, calibration: TextCalibration, seed: int,
     stream: Stream = Stream.MEASURED, count: int | None = None, sources: Sources | None = None,
     **flags: bool | None,
 ) -> RequestPool:
     """The cell's requests of ``stream``, serialised before the measured window (``count``
     defaults to the workload's num_prompts; a trace's rows, when there is one)."""
-    point = cell.point or scenario
+    point = cell.point
     if sources is None and stream == Stream.MEASURED and point.workload.source != "generated":
         sources = read_sources(point, seed, None)
-    maker = request_maker(scenario, cell, model, calibration, seed, stream, sources, **flags)
+    maker = request_maker(cell, model, calibration, seed, stream, sources, **flags)
     if count is None:
         count = (sources.count if sources is not None else None) or point.workload.num_prompts
     return RequestPool(maker, count, serialise=stream != Stream.MEASURED or point.workload.multi_turn is None)

@@ -85,8 +85,8 @@ def test_no_two_requests_of_a_run_share_their_first_cache_block(api: str, kind: 
     seed = 12345
     bodies = [body for _, body in calibration_requests(sc, "m", seed, cells[0].index)]
     for cell in cells:
-        warm = prepare_requests(sc, cell, "m", TextCalibration(), seed, Stream.WARMUP, count=3)
-        pool = prepare_requests(sc, cell, "m", TextCalibration(), seed)
+        warm = prepare_requests(cell, "m", TextCalibration(), seed, Stream.WARMUP, count=3)
+        pool = prepare_requests(cell, "m", TextCalibration(), seed)
         assert len(pool) == 40
         bodies += [warm[i].body for i in range(3)]
         bodies += [pool[i].body for i in range(80)]  # a duration run asks for more than num_prompts
@@ -101,9 +101,9 @@ def test_no_two_requests_of_a_run_share_their_first_cache_block(api: str, kind: 
 def test_the_same_seed_gives_the_same_prompts_and_lengths_stay_exact() -> None:
     sc = parse_scenario({"workload": {"num_prompts": 5, "input_tokens": 64, "prompt": "token-ids"}})
     (cell,) = expand_cells(sc)
-    a = prepare_requests(sc, cell, "m", TextCalibration(), 7)
-    b = prepare_requests(sc, cell, "m", TextCalibration(), 7)
-    c = prepare_requests(sc, cell, "m", TextCalibration(), 8)
+    a = prepare_requests(cell, "m", TextCalibration(), 7)
+    b = prepare_requests(cell, "m", TextCalibration(), 7)
+    c = prepare_requests(cell, "m", TextCalibration(), 8)
     assert [a[i].body for i in range(5)] == [b[i].body for i in range(5)]
     assert all(a[i].body != c[i].body for i in range(5))
     assert all(len(orjson.loads(a[i].body)["prompt"]) == 64 == a[i].input_tokens for i in range(5))
@@ -114,7 +114,7 @@ def test_prompt_file_lines_are_used_in_turn(tmp_path: Path) -> None:
     path.write_bytes(b"\n".join(orjson.dumps(o) for o in ({"prompt": "hello there"}, {"prompt_token_ids": [1, 2]})))
     sc = parse_scenario({"workload": {"num_prompts": 4, "prompt": {"file": str(path)}}})
     (cell,) = expand_cells(sc)
-    pool = prepare_requests(sc, cell, "m", TextCalibration(), 0)
+    pool = prepare_requests(cell, "m", TextCalibration(), 0)
     prompts = [orjson.loads(pool[i].body)["prompt"] for i in range(5)]
     assert prompts == ["hello there", [1, 2], "hello there", [1, 2], "hello there"]
     assert pool[0].input_tokens is None
@@ -122,7 +122,7 @@ def test_prompt_file_lines_are_used_in_turn(tmp_path: Path) -> None:
     chat.write_bytes(orjson.dumps({"messages": [{"role": "user", "content": "x"}]}))
     sc = parse_scenario({"target": {"api": "chat"}, "workload": {"num_prompts": 2, "prompt": {"file": str(chat)}}})
     (cell,) = expand_cells(sc)
-    assert orjson.loads(prepare_requests(sc, cell, "m", TextCalibration(), 0)[1].body)["messages"][0]["content"] == "x"
+    assert orjson.loads(prepare_requests(cell, "m", TextCalibration(), 0)[1].body)["messages"][0]["content"] == "x"
 
 
 def test_malformed_token_ids_in_a_prompt_file_are_refused(tmp_path: Path) -> None:
@@ -141,7 +141,7 @@ def test_a_shared_prefix_opens_every_nth_request_and_the_rest_is_its_own() -> No
     sc = parse_scenario({"workload": {"num_prompts": 6, "input_tokens": 20, "shared_prefix": {"prefixes": 2,
                                                                                                 "tokens": 30}}})
     (cell,) = expand_cells(sc)
-    pool = prepare_requests(sc, cell, "m", TextCalibration(), 4)
+    pool = prepare_requests(cell, "m", TextCalibration(), 4)
     words = [orjson.loads(pool[i].body)["prompt"].split() for i in range(6)]
     assert all(len(w) == 50 for w in words)
     assert all(pool[i].input_tokens == 50 for i in range(6))
