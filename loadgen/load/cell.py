@@ -140,7 +140,7 @@ async def measure_window(
         return
     # the connections the window needs, opened (or topped up) right before it, so TTFT holds
     # no connection setup and no idle keep-alive has expired in between
-    await client.open_connections(min(cell.concurrency or w.num_prompts, w.num_prompts))
+    await client.open_connections(min(cell.in_flight_max, w.num_prompts))
     started(count)
     offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=seed)
     plan = LoadPlan(pool, offsets, count, cell.concurrency, ld.duration_s)

@@ -19,12 +19,11 @@ def connections_needed(cells: list[Cell], lines: list[SearchLine]) -> int:
     """The most requests any cell (or probe) can have in flight at once."""
     most = 1
     for cell in cells:
-        most = max(most, cell.concurrency or cell.point.workload.num_prompts)
+        most = max(most, cell.in_flight_max)
     for line in lines:
         search, w = line.search, line.point.workload
         cap = line.point.load.concurrency[0]
-        most = max(most, int(search.max) if search.by == "concurrency"
-                   else (w.num_prompts if cap == "unlimited" else int(cap)))
+        most = max(most, int(search.max) if search.by == "concurrency" else (cap or w.num_prompts))
     return most
 
 

@@ -52,7 +52,7 @@ def engine_spec(point: Scenario, cpus: tuple[int, ...] = ()) -> EngineSpec:
     serve = point.serve
     assert serve is not None
     assert serve.model is not None
-    sweep = [c for c in point.load.concurrency if isinstance(c, int)]
+    sweep = [c for c in point.load.concurrency if c is not None]
     unlimited = len(sweep) < len(point.load.concurrency)
     if (search := point.load.search) is not None and search.by == "concurrency":
         sweep, unlimited = [int(search.max)], False

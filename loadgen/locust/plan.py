@@ -54,7 +54,7 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
             f"{source}: load.rate -> Locust users are closed-loop (each sends its next request when "
             "the last one ends); remove load.rate and set users with -u or load.concurrency"
         )
-    steps = tuple(c for c in ld.concurrency if isinstance(c, int))
+    steps = tuple(c for c in ld.concurrency if c is not None)
     if len(steps) != len(ld.concurrency):
         raise ScenarioError(
             f"{source}: load.concurrency -> 'unlimited' is not a number of Locust users; give numbers"

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from loadgen.errors import ScenarioError
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
 from loadgen.scenario.redact import redact_labels
-from loadgen.scenario.schema import AXES, Matrix, Scenario
+from loadgen.scenario.schema import AXES, UNLIMITED, Matrix, Scenario
 from loadgen.scenario.shapes import Search
 
 
@@ -53,6 +53,11 @@ class Cell:
         return None
 
     @property
+    def in_flight_max(self) -> int:
+        """The most requests the cell can have in flight: its concurrency, or (unlimited) every prompt."""
+        return self.concurrency or self.point.workload.num_prompts
+
+    @property
     def open_loop(self) -> bool:
         """Requests sent on a schedule (a rate, a trace, a ramp, stages), not as slots free up."""
         return self.rate is not None or self.schedule is not None
@@ -61,7 +66,7 @@ class Cell:
         out = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
-            "concurrency": "unlimited" if self.concurrency is None else self.concurrency,
+            "concurrency": UNLIMITED if self.concurrency is None else self.concurrency,
             "rate": self.rate,
         }
         w = self.point.workload
@@ -130,7 +135,7 @@ def expand_cells(scenario: Scenario, source: str = "<scenario>") -> list[Cell]:
             continue
         for inp, out, conc, rate in itertools.product(w.input_tokens, w.output_tokens, ld.concurrency, ld.rate):
             cells.append(Cell(
-                len(cells), inp, out, None if conc == "unlimited" else int(conc), rate, point,
+                len(cells), inp, out, conc, rate, point,
                 tuple(labels.items()),
             ))
     return cells
@@ -159,7 +164,7 @@ class SearchLine:
             conc, rate = int(value), None
         else:
             cap = self.point.load.concurrency[0]
-            conc, rate = None if cap == "unlimited" else int(cap), value
+            conc, rate = cap, value
         return Cell(index, self.input_tokens, self.output_tokens, conc, rate, self.point, self.labels, self.index)
 
 

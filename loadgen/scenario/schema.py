@@ -61,10 +61,18 @@ def _scalar_or_list(value: tuple[Any, ...]) -> Any:
 
 _ser = PlainSerializer(_scalar_or_list)
 IntSweep = Annotated[tuple[int, ...], PlainValidator(lambda v: _sweep(v, kind=int)), _ser]
+UNLIMITED = "unlimited"  # how a file says "no concurrency limit"; None inside loadgen
+
+
+def _concurrency(value: Any) -> tuple[int | None, ...]:
+    return tuple(None if c is None else c for c in _sweep(value, kind=int, allow=(UNLIMITED, None)))
+
+
+# each value a concurrency, or None for unlimited: read from and written as "unlimited", here only
 ConcurrencySweep = Annotated[
-    tuple[int | str, ...],
-    PlainValidator(lambda v: _sweep(v, kind=int, allow=("unlimited",))),
-    _ser,
+    tuple[int | None, ...],
+    PlainValidator(lambda v: tuple(None if c == UNLIMITED else c for c in _concurrency(v))),
+    PlainSerializer(lambda v: _scalar_or_list(tuple(UNLIMITED if c is None else c for c in v))),
 ]
 RateSweep = Annotated[
     tuple[float | None, ...],
@@ -379,10 +387,10 @@ class Scenario(_Model):
             if w.trace is not None:
                 raise ValueError("a trace sets its own arrival times: a search cannot probe it")
             if ld.search.by == "rate" and "concurrency" not in ld.model_fields_set:
-                object.__setattr__(self, "load", ld.model_copy(update={"concurrency": ("unlimited",)}))
+                object.__setattr__(self, "load", ld.model_copy(update={"concurrency": (None,)}))
             return self  # the search sets each probe's load: no kind default applies
         if self.kind == "throughput" and "concurrency" not in ld.model_fields_set:
-            object.__setattr__(self, "load", ld.model_copy(update={"concurrency": ("unlimited",)}))
+            object.__setattr__(self, "load", ld.model_copy(update={"concurrency": (None,)}))
         return self
 
 

@@ -23,7 +23,7 @@ def test_vllms_defaults_and_the_random_dataset() -> None:
     assert sc.workload.shared_prefix.tokens == 32
     assert sc.workload.ignore_eos is False  # vLLM sends ignore_eos only with --ignore-eos
     assert sc.workload.min_tokens is False  # and never min_tokens
-    assert sc.load.concurrency == ("unlimited",)
+    assert sc.load.concurrency == (None,)  # unlimited
     assert sc.load.rate == (None,)
     assert sc.load.warmup_requests == 0
 

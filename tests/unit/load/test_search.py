@@ -138,7 +138,7 @@ def test_flags_become_the_search() -> None:
     assert s.slo.error_rate == 0.01
     rate = parse_scenario({}, "x", search_overrides("rate", ["e2e:mean:5000"]))
     assert rate.load.search is not None
-    assert rate.load.concurrency == ("unlimited",)  # a rate search is uncapped unless told
+    assert rate.load.concurrency == (None,)  # a rate search is uncapped (None: unlimited) unless told
 
 
 @pytest.mark.parametrize(("search", "slos", "message"), [

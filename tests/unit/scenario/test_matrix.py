@@ -53,7 +53,10 @@ def test_single_stream_defaults_and_batch_one_rule() -> None:
     assert (sc.workload.num_prompts, sc.workload.output_tokens, sc.load.concurrency) == (3, (2048,), (1,))
     with pytest.raises(ScenarioError, match="batch 1"):
         parse_scenario({"kind": "single-stream", "load": {"concurrency": 4}}, "s.yaml")
-    assert parse_scenario({"kind": "throughput"}).load.concurrency == ("unlimited",)
+    throughput = parse_scenario({"kind": "throughput"})
+    assert throughput.load.concurrency == (None,)  # unlimited, normalised once when read
+    assert throughput.model_dump(mode="json")["load"]["concurrency"] == "unlimited"  # and written so
+    assert parse_scenario({"load": {"concurrency": [4, "unlimited"]}}).load.concurrency == (4, None)
 
 
 def test_a_bad_point_names_the_point_and_field() -> None:
