@@ -37,7 +37,7 @@ def pyplot() -> Any:
 def cell_label(cell: CellSummary, axes: list[str]) -> str:
     """A cell in a legend: the parameters the run's cells differ by, else its number."""
     parts = [f"{axis_title(k).lower()} {axis_value(cell.params.get(k))}" for k in axes]
-    return ", ".join(parts) or f"cell {cell.cell}"
+    return ", ".join(parts) or f"cell {cell.number}"
 
 
 def _save(fig: Any, path: Path) -> Path:

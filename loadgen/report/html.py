@@ -103,7 +103,7 @@ def _cell_sections(summary: Summary) -> str:
     for cell in summary.cells:
         if cell.probe is not None:
             continue
-        title = f"[{cell.cell}] {params_text(cell.params)}"
+        title = f"[{cell.number}] {params_text(cell.params)}"
         if cell.metrics is None:
             parts.append(f"<h3>{_e(title)}</h3><p>{_e(cell.status)}: {_e(cell.reason)}</p>")
             continue

@@ -105,7 +105,7 @@ def _throughput_line(m: CellMetrics) -> str:
 def console_lines(summary: Summary) -> list[str]:
     """Each cell's line of figures (throughput, failures, goodput, cache) and a search's answer."""
     out = [
-        f"[{cell.cell}] {_throughput_line(cell.metrics)}{_cache_text(cell)}"
+        f"[{cell.number}] {_throughput_line(cell.metrics)}{_cache_text(cell)}"
         for cell in summary.cells if cell.metrics is not None and cell.probe is None
     ]
     return out + list(answer_lines(summary))
@@ -118,9 +118,9 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
         if cell.probe is not None:
             continue  # a search's probes are one table below
         if cell.metrics is None:
-            out.append(f"[{cell.cell}] {params_text(cell.params)}: {cell.status} -- {cell.reason}")
+            out.append(f"[{cell.number}] {params_text(cell.params)}: {cell.status} -- {cell.reason}")
             continue
-        table = RichTable(title=f"[{cell.cell}] {params_text(cell.params)}", title_justify="left")
+        table = RichTable(title=f"[{cell.number}] {params_text(cell.params)}", title_justify="left")
         table.add_column("ms", style="bold")
         for c in COLUMNS:
             table.add_column(c, justify="right")
@@ -199,7 +199,7 @@ def render_markdown(summary: Summary) -> str:
     if summary.aborted:
         parts += [f"**Aborted**: {summary.aborted}.", ""]
     for cell in summary.cells:
-        parts += [f"## [{cell.cell}] {params_text(cell.params)}", ""]
+        parts += [f"## [{cell.number}] {params_text(cell.params)}", ""]
         if cell.metrics is None:
             parts += [f"{cell.status}: {cell.reason}", ""]
             continue

@@ -153,6 +153,12 @@ class CellSummary:
     def open_loop(self) -> bool:
         return self.params.get("rate") is not None or self.params.get("schedule") is not None
 
+    @property
+    def number(self) -> int:
+        """The cell as users see it numbered, in messages, tables and charts alike: from 1
+        (``cell`` is its index in the files, from 0)."""
+        return self.cell + 1
+
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["server"] = self.server.to_dict()
