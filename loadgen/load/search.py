@@ -120,7 +120,7 @@ class SearchQueue:
 
     def finished(self, cell: Cell, entry: CellSummary) -> None:
         if cell.search is not None and entry.probe is not None and entry.status in ("done", "failed"):
-            self.results[cell.search].append((float(entry.probe["value"]), bool(entry.probe["meets_slo"])))
+            self.results[cell.search].append((entry.probe.value, entry.probe.meets_slo))
 
 
 def resumed_results(entries: Sequence[CellSummary]) -> dict[int, list[tuple[float, bool]]]:
@@ -128,7 +128,7 @@ def resumed_results(entries: Sequence[CellSummary]) -> dict[int, list[tuple[floa
     out: dict[int, list[tuple[float, bool]]] = {}
     for e in sorted(entries, key=lambda e: e.cell):
         if e.probe is not None and e.status in ("done", "failed"):
-            out.setdefault(int(e.probe["search"]), []).append((float(e.probe["value"]), bool(e.probe["meets_slo"])))
+            out.setdefault(e.probe.search, []).append((e.probe.value, e.probe.meets_slo))
     return out
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from loadgen.results.cellstatus import EarlyStop
 from loadgen.results.metrics import itl_values
+from loadgen.results.probe import CapacityAnswer, ProbeResult, ProbeRow
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.shapes import SLO_METRICS, Search, SearchSlo, stat_quantile
@@ -119,7 +119,7 @@ def goodput_count(records: Sequence[RequestRecord], slo: SearchSlo) -> int:
 def probe_entry(
     search: int, search_spec: Search, value: float, records: Sequence[RequestRecord], status: str,
     stopped_early: EarlyStop | None, duration_s: float | None,
-) -> dict[str, Any]:
+) -> ProbeResult:
     """``summary.json: cells[].probe``: what the probe measured against the objectives."""
     slo = search_spec.slo
     figures = slo_figures(records, slo)
@@ -127,12 +127,11 @@ def probe_entry(
     if stopped_early is not None and stopped_early.objective not in broke:
         broke.append(stopped_early.objective)
     good = goodput_count(records, slo)
-    return {
-        "search": search, "by": search_spec.by, "value": value, "figures": figures, "broken": broke,
-        "meets_slo": status == "done" and not broke and stopped_early is None,
-        "stopped_early": None if stopped_early is None else asdict(stopped_early),
-        "goodput": good / duration_s if duration_s else None,
-    }
+    return ProbeResult(
+        search=search, by=search_spec.by, value=value, figures=figures, broken=tuple(broke),
+        meets_slo=status == "done" and not broke and stopped_early is None, stopped_early=stopped_early,
+        goodput=good / duration_s if duration_s else None,
+    )
 
 
 def next_value(search: Search, results: Sequence[tuple[float, bool]]) -> float | None:
@@ -186,34 +185,35 @@ def _load_text(by: str, value: float | None) -> str:
     return f"{int(value)}" if by == "concurrency" else f"{value:.4g} req/s"
 
 
-def capacity_of(index: int, spec: Search, labels: dict[str, Any], probes: Sequence[CellSummary]) -> dict[str, Any]:
+def capacity_of(index: int, spec: Search, labels: dict[str, Any], probes: Sequence[CellSummary]) -> CapacityAnswer:
     """One search's answer from its probes (cell summaries with ``probe``), in probe order."""
     # an interrupted probe has no verdict: a resumed run measures it again
-    probes = sorted((p for p in probes if p.probe is not None and p.status in ("done", "failed")), key=lambda p: p.cell)
-    results = [(float(p.probe["value"]), bool(p.probe["meets_slo"])) for p in probes]  # type: ignore[index]
+    done = sorted(
+        ((p, p.probe) for p in probes if p.probe is not None and p.status in ("done", "failed")),
+        key=lambda pair: pair[0].cell,
+    )
+    results = [(r.value, r.meets_slo) for _, r in done]
     lo, hi = bracket(results) if results else (None, None)
-    at = {float(p.probe["value"]): p for p in probes}  # type: ignore[index]
-    limiting: list[str] = []
+    at = {r.value: (p, r) for p, r in done}
+    limiting: tuple[str, ...] = ()
     binds = ""  # "TPOT p99 binds at 22 (20.50 ms > 20.25 ms)"
     if hi is not None:
-        entry = at[hi].probe or {}
-        limiting = list(entry.get("broken") or [])
-        early = entry.get("stopped_early") or {}
-        figs = entry.get("figures") or {}
+        entry = at[hi][1]
+        limiting, early = entry.broken, entry.stopped_early
         where = _load_text(spec.by, hi)
         if limiting:
             names = " and ".join(objective_label(k) for k in limiting)
             why = "; ".join(
-                early.get("reason", "it kept growing") if k == QUEUE
-                else _figure_text(k, figs.get(k), bound_of(k, spec.slo)) for k in limiting
+                (early.reason if early is not None else "it kept growing") if k == QUEUE
+                else _figure_text(k, entry.figures.get(k), bound_of(k, spec.slo)) for k in limiting
             )
             binds = f"{names} {'binds' if len(limiting) == 1 else 'bind'} at {where} ({why})"
         else:
-            binds = f"the probe at {where} failed ({at[hi].reason})"
-        if early:
+            binds = f"the probe at {where} failed ({at[hi][0].reason})"
+        if early is not None:
             binds += ", stopped early"
     best = at[lo] if lo is not None else None
-    m = best.metrics if best is not None else None
+    m = best[0].metrics if best is not None else None
     complete = bool(results) and next_value(spec, results) is None
     word = spec.by
     if not results:
@@ -228,23 +228,21 @@ def capacity_of(index: int, spec: Search, labels: dict[str, Any], probes: Sequen
         answer = f"max {word} meeting the SLOs: {_load_text(word, lo)}; {binds}"
     if results and not complete:
         answer = f"search unfinished ({len(results)} probes): " + answer
-    return {
-        "search": index, "labels": labels, "by": word, "min": spec.min, "max": spec.max,
-        "slo": spec.slo.model_dump(exclude_none=True, exclude_defaults=True),
-        "max_meeting_slo": lo, "limiting_slo": limiting, "binds_at": hi, "complete": complete,
-        "goodput": (best.probe or {}).get("goodput") if best is not None else None,
-        "request_throughput": m.request_throughput if m else None,
-        "output_throughput": m.output_throughput if m else None,
-        "answer": answer,
-        "probes": [
-            {
-                "cell": p.cell, "value": p.probe["value"], "meets_slo": p.probe["meets_slo"],  # type: ignore[index]
-                "figures": p.probe["figures"], "broken": p.probe["broken"],  # type: ignore[index]
-                "stopped_early": p.probe.get("stopped_early"), "status": p.status,  # type: ignore[union-attr]
-                "request_throughput": p.metrics.request_throughput if p.metrics else None,
-                "output_throughput": p.metrics.output_throughput if p.metrics else None,
-                "goodput": p.probe.get("goodput"),  # type: ignore[union-attr]
-            }
-            for p in probes
-        ],
-    }
+    return CapacityAnswer(
+        search=index, labels=labels, by=word, min=spec.min, max=spec.max,
+        slo=spec.slo.model_dump(exclude_none=True, exclude_defaults=True),
+        max_meeting_slo=lo, limiting_slo=limiting, binds_at=hi, complete=complete,
+        goodput=best[1].goodput if best is not None else None,
+        request_throughput=m.request_throughput if m else None,
+        output_throughput=m.output_throughput if m else None,
+        answer=answer,
+        probes=tuple(
+            ProbeRow(
+                cell=p.cell, value=r.value, meets_slo=r.meets_slo, figures=r.figures, broken=r.broken,
+                stopped_early=r.stopped_early, status=p.status,
+                request_throughput=p.metrics.request_throughput if p.metrics else None,
+                output_throughput=p.metrics.output_throughput if p.metrics else None, goodput=r.goodput,
+            )
+            for p, r in done
+        ),
+    )

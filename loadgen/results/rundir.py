@@ -144,7 +144,7 @@ def assemble_summary(
     capacity = tuple(
         capacity_of(line.index, line.search, {**redact_labels(dict(line.labels)), "input_tokens": line.input_tokens,
                                               "output_tokens": line.output_tokens},
-                    [c for c in cells if c.probe is not None and c.probe["search"] == line.index])
+                    [c for c in cells if c.probe is not None and c.probe.search == line.index])
         for line in search_lines(scenario)
     )
     return Summary(

@@ -14,6 +14,7 @@ from typing import Any
 
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.clienthealth import ClientHealth
+from loadgen.results.probe import CapacityAnswer, ProbeResult
 
 SCHEMA_VERSION = 2
 STAT_KEYS: tuple[str, ...] = ("mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9")
@@ -147,7 +148,7 @@ class CellSummary:
     cache_reset: str | None = None
     warnings: tuple[str, ...] = ()
     # a capacity search's probe: its value, figures against the objectives, the verdict
-    probe: dict[str, Any] | None = None
+    probe: ProbeResult | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -167,6 +168,8 @@ class CellSummary:
         out["warnings"] = list(self.warnings)
         if self.probe is None:
             del out["probe"]
+        else:
+            out["probe"] = self.probe.to_dict()
         return out
 
     @classmethod
@@ -180,7 +183,7 @@ class CellSummary:
             client=ClientHealth.from_dict(data.get("client")),
             server_prefix_cache_hit_rate=data.get("server_prefix_cache_hit_rate"),
             cache_reset=data.get("cache_reset"), warnings=tuple(data.get("warnings") or ()),
-            probe=data.get("probe"),
+            probe=ProbeResult.from_dict(data.get("probe")),
         )
 
 
@@ -197,7 +200,7 @@ class Summary:
     aborted: str | None = None  # the abort rule that ended the run, in words
     seed: int | None = None  # what the prompts and arrivals were drawn from
     # capacity searches: their answers, in the order the scenario gives them
-    capacity: tuple[dict[str, Any], ...] = ()
+    capacity: tuple[CapacityAnswer, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -215,7 +218,8 @@ class Summary:
             out["aborted"] = self.aborted
         if self.capacity:
             # one search: its answer; a search per matrix point: a list of them
-            out["capacity"] = self.capacity[0] if len(self.capacity) == 1 else list(self.capacity)
+            answers = [c.to_dict() for c in self.capacity]
+            out["capacity"] = answers[0] if len(answers) == 1 else answers
         return out
 
     @classmethod
@@ -226,6 +230,13 @@ class Summary:
             interrupted=bool(data.get("interrupted", False)),
             cells=tuple(CellSummary.from_dict(c) for c in data.get("cells", [])), aborted=data.get("aborted"),
             seed=data.get("seed"),
-            capacity=tuple(cap if isinstance(cap := data.get("capacity") or [], list) else [cap]),
+            capacity=tuple(CapacityAnswer.from_dict(c) for c in _listed(data.get("capacity"))),
             schema_version=int(data.get("schema_version", 1)),
         )
+
+
+def _listed(value: object) -> list[Any]:
+    """``capacity``: one search's answer, or a list of them (none: absent)."""
+    if not value:
+        return []
+    return value if isinstance(value, list) else [value]

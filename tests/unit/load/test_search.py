@@ -6,7 +6,8 @@ import pytest
 
 from loadgen.errors import ScenarioError, UsageError
 from loadgen.load.search import Numbering, ProbeWatch, SearchQueue, resumed_results
-from loadgen.results.cellstatus import EarlyStop
+from loadgen.results.cellstatus import EarlyStop, ServerInfo
+from loadgen.results.probe import ProbeResult
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import expand_cells, search_lines
@@ -105,8 +106,8 @@ SCENARIO = {
 
 
 def probe_summary(cell: int, value: float, meets: bool, status: str = "done") -> CellSummary:
-    return CellSummary(cell=cell, params={}, status=status, reason=None, note="", server={}, metrics=None,
-                       probe={"search": 0, "value": value, "meets_slo": meets, "figures": {}, "broken": []})
+    return CellSummary(cell=cell, params={}, status=status, reason=None, note="", server=ServerInfo(), metrics=None,
+                       probe=ProbeResult(0, "concurrency", value, {}, (), meets, None, None))
 
 
 def test_a_resumed_search_goes_on_from_its_finished_probes() -> None:

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from loadgen.results.capacity import broken, capacity_of, goodput_count, next_value, slo_figures
+from loadgen.results.cellstatus import ServerInfo
+from loadgen.results.probe import ProbeResult
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.shapes import Search, SearchSlo
@@ -92,9 +94,8 @@ def test_figures_and_broken_objectives_by_hand() -> None:
 def probe(cell: int, value: float, meets: bool, broke: list[str] | None = None,
           figures: dict[str, float] | None = None) -> CellSummary:
     return CellSummary(
-        cell=cell, params={}, status="done", reason=None, note="", server={}, metrics=None,
-        probe={"search": 0, "by": "concurrency", "value": value, "figures": figures or {}, "broken": broke or [],
-               "meets_slo": meets, "stopped_early": None, "goodput": 2.0},
+        cell=cell, params={}, status="done", reason=None, note="", server=ServerInfo(), metrics=None,
+        probe=ProbeResult(0, "concurrency", value, dict(figures or {}), tuple(broke or ()), meets, None, 2.0),
     )
 
 
@@ -106,7 +107,7 @@ def test_the_answer_names_the_binding_objective() -> None:
               {"ttft_ms.p99": 52.0, "tpot_ms.p99": 10 + (v - 1) * 0.5})
         for i, v in enumerate(values)
     ]
-    cap = capacity_of(0, spec, {}, cells)
+    cap = capacity_of(0, spec, {}, cells).to_dict()
     assert cap["max_meeting_slo"] == 21
     assert cap["binds_at"] == 22
     assert cap["limiting_slo"] == ["tpot_ms.p99"]
@@ -115,11 +116,11 @@ def test_the_answer_names_the_binding_objective() -> None:
     assert [p["value"] for p in cap["probes"]] == values
 
     # interrupted after 6 probes: the search says it is unfinished and what it knows
-    early = capacity_of(0, spec, {}, cells[:6])
+    early = capacity_of(0, spec, {}, cells[:6]).to_dict()
     assert early["complete"] is False
     assert early["answer"].startswith("search unfinished (6 probes): max concurrency meeting the SLOs: 16;")
 
-    none = capacity_of(0, spec, {}, [probe(0, 1, False, ["ttft_ms.p99"], {"ttft_ms.p99": 812.0})])
+    none = capacity_of(0, spec, {}, [probe(0, 1, False, ["ttft_ms.p99"], {"ttft_ms.p99": 812.0})]).to_dict()
     assert none["max_meeting_slo"] is None
     assert none["answer"] == "no concurrency in 1..256 meets the SLOs: TTFT p99 binds at 1 (812.00 ms > 300 ms)"
 

@@ -1,0 +1,113 @@
+"""A capacity search in ``summary.json``: each probe's verdict (``ProbeResult``, a cell's
+``probe``) and each search's answer (``CapacityAnswer``, the summary's ``capacity``), with the
+probes it rests on (``ProbeRow``). ``loadgen.results.capacity`` computes them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loadgen.results.cellstatus import EarlyStop
+
+
+def _early(data: object) -> EarlyStop | None:
+    if not isinstance(data, dict):
+        return None
+    return EarlyStop(str(data.get("objective")), str(data.get("reason")))
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """One probe's figures against its search's objectives, and the verdict."""
+
+    search: int
+    by: str  # concurrency | rate
+    value: float
+    # objective ("ttft_ms.p99", "error_rate") -> the probe's figure (None: none could be computed)
+    figures: dict[str, float | None]
+    broken: tuple[str, ...]  # the objectives it broke
+    meets_slo: bool
+    stopped_early: EarlyStop | None
+    goodput: float | None  # requests/s meeting every per-request bound
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["broken"] = list(self.broken)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> ProbeResult | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            search=int(data["search"]), by=str(data.get("by", "concurrency")), value=float(data["value"]),
+            figures=dict(data.get("figures") or {}), broken=tuple(data.get("broken") or ()),
+            meets_slo=bool(data.get("meets_slo")), stopped_early=_early(data.get("stopped_early")),
+            goodput=data.get("goodput"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRow:
+    """A probe as its search's answer lists it."""
+
+    cell: int
+    value: float
+    meets_slo: bool
+    figures: dict[str, float | None]
+    broken: tuple[str, ...]
+    stopped_early: EarlyStop | None
+    status: str
+    request_throughput: float | None
+    output_throughput: float | None
+    goodput: float | None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbeRow:
+        return cls(
+            cell=int(data["cell"]), value=float(data["value"]), meets_slo=bool(data.get("meets_slo")),
+            figures=dict(data.get("figures") or {}), broken=tuple(data.get("broken") or ()),
+            stopped_early=_early(data.get("stopped_early")), status=str(data.get("status")),
+            request_throughput=data.get("request_throughput"), output_throughput=data.get("output_throughput"),
+            goodput=data.get("goodput"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityAnswer:
+    """One search's answer: the most load meeting every objective, what binds above it, and
+    the probes measured, in probe order."""
+
+    search: int
+    # the matrix values of the search's point, and its lengths (keys: the matrix's axes)
+    labels: dict[str, Any]
+    by: str
+    min: float
+    max: float
+    slo: dict[str, Any]  # the objectives as the scenario gives them (metric -> statistic -> ms)
+    max_meeting_slo: float | None
+    limiting_slo: tuple[str, ...]
+    binds_at: float | None
+    complete: bool
+    goodput: float | None
+    request_throughput: float | None
+    output_throughput: float | None
+    answer: str  # in words
+    probes: tuple[ProbeRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["limiting_slo"] = list(self.limiting_slo)
+        out["probes"] = [{**asdict(p), "broken": list(p.broken)} for p in self.probes]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CapacityAnswer:
+        return cls(
+            search=int(data.get("search", 0)), labels=dict(data.get("labels") or {}), by=str(data.get("by")),
+            min=float(data.get("min") or 0), max=float(data.get("max") or 0), slo=dict(data.get("slo") or {}),
+            max_meeting_slo=data.get("max_meeting_slo"), limiting_slo=tuple(data.get("limiting_slo") or ()),
+            binds_at=data.get("binds_at"), complete=bool(data.get("complete")), goodput=data.get("goodput"),
+            request_throughput=data.get("request_throughput"), output_throughput=data.get("output_throughput"),
+            answer=str(data.get("answer", "")), probes=tuple(ProbeRow.from_dict(p) for p in data.get("probes") or ()),
+        )
