@@ -52,7 +52,7 @@ from loadgen.results.rundir import (
     claim,
 )
 from loadgen.results.summary import CellSummary, Summary
-from loadgen.scenario.matrix import Cell, expand_cells, search_lines
+from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.cpus import pin, split_cores, usable_cores
 from loadgen.servers.launch import STOP_SIGNALS, LaunchedServer, hangup_interrupts, tail
@@ -130,7 +130,7 @@ def execute(
     # a plain run ends when its engine dies or the server refuses the scenario; a matrix records
     # the cell and goes on (a dead engine is replaced for the next cells)
     plain = n_groups == 1 and not scenario.matrix_blocks
-    run = _Run(scenario, out, provenance, obs, render_report, len(cells), plain=plain)
+    run = _Run(scenario, out, provenance, obs, render_report, lines, len(cells), plain=plain)
     run.sources = sources
     queues = make_queues(cells, lines, finished, list(run.entries.values()), launched=launched)
     try:
@@ -161,8 +161,9 @@ class _Run:
 
     def __init__(
         self, scenario: Scenario, out: RunDirWriter, provenance: Provenance, obs: Observer,
-        render_report: Callable[[Summary], str] | None, n_cells: int, *, plain: bool,
+        render_report: Callable[[Summary], str] | None, lines: list[SearchLine], n_cells: int, *, plain: bool,
     ) -> None:
+        self.lines = lines  # the scenario's searches, expanded once
         self.scenario, self.out, self.provenance, self.obs = scenario, out, provenance, obs
         self.run_dir = run_dir = out.run_dir
         self.render_report, self.n_cells = render_report, n_cells
@@ -187,7 +188,7 @@ class _Run:
     def summary(self) -> Summary:
         cells = [self.entries[i] for i in sorted(self.entries)]
         return assemble_summary(
-            self.scenario, cells, model=self.provenance.model, interrupted=self.stop_requested,
+            self.scenario, cells, self.lines, model=self.provenance.model, interrupted=self.stop_requested,
             aborted=self.abort_reason,
         )
 

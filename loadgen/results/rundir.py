@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -44,7 +45,7 @@ from loadgen.results.samples import (
 )
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.loader import parse_scenario
-from loadgen.scenario.matrix import Cell, expand_cells, search_lines
+from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
 from loadgen.scenario.redact import dump_scenario, redact_labels
 from loadgen.scenario.schema import Scenario
 
@@ -139,13 +140,16 @@ def cell_summary(
 
 
 def assemble_summary(
-    scenario: Scenario, cells: list[CellSummary], *, model: str | None, interrupted: bool, aborted: str | None = None
+    scenario: Scenario, cells: list[CellSummary], lines: Sequence[SearchLine], *, model: str | None,
+    interrupted: bool, aborted: str | None = None,
 ) -> Summary:
+    """The summary of ``cells``, with the answer of each of the scenario's searches (``lines``,
+    expanded once by the caller)."""
     capacity = tuple(
         capacity_of(line.index, line.search, {**redact_labels(dict(line.labels)), "input_tokens": line.input_tokens,
                                               "output_tokens": line.output_tokens},
                     [c for c in cells if c.probe is not None and c.probe.search == line.index])
-        for line in search_lines(scenario)
+        for line in lines
     )
     return Summary(
         scenario=scenario.name, kind=scenario.kind, speed=scenario.speed, model=model, interrupted=interrupted,
@@ -153,10 +157,9 @@ def assemble_summary(
     )
 
 
-def probe_cells(scenario: Scenario, statuses: dict[int, CellStatus]) -> list[Cell]:
+def probe_cells(lines: Sequence[SearchLine], statuses: dict[int, CellStatus]) -> list[Cell]:
     """The probes a run directory's searches measured, from their status lines (a probe's line
     is written when it starts, with its value, and again when it ends)."""
-    lines = search_lines(scenario)
     cells = []
     for index, status in sorted(statuses.items()):
         probe = status.probe
@@ -322,7 +325,8 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
     legacy = not (run_dir / CELLS).is_file()
     probes = read_samples(run_dir / SAMPLES)
     entries = []
-    for cell in [*expand_cells(scenario), *probe_cells(scenario, statuses)]:
+    lines = search_lines(scenario)
+    for cell in [*expand_cells(scenario), *probe_cells(lines, statuses)]:
         status = statuses.get(cell.index)
         if status is None or status.status == "started":
             if cell.index not in by_cell:
@@ -338,7 +342,7 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
     if not isinstance(provenance, dict) or not isinstance(stored, dict):
         raise RunDirError(f"{run_dir}: provenance.json and summary.json must hold JSON objects")
     return assemble_summary(
-        scenario, entries, model=provenance.get("model", stored.get("model")),
+        scenario, entries, lines, model=provenance.get("model", stored.get("model")),
         interrupted=bool(stored.get("interrupted", False)), aborted=stored.get("aborted") or None,
     )
 
