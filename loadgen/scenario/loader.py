@@ -2,7 +2,7 @@
 
 Failures become one ``ScenarioError`` whose message names the file, each offending field and
 the fix. Whether a model name is known is checked by the launching side
-(``loadgen.servers.catalogue.check_models``), which owns the catalogue.
+(``loadgen.engines.preflight.check_models``), which owns the engines and the catalogue.
 """
 
 from __future__ import annotations
