@@ -17,7 +17,7 @@ from typing import Any
 from loadgen.errors import TargetError
 from loadgen.load.client import StreamingClient
 from loadgen.load.dispatch import LoadPlan, run_load
-from loadgen.load.schedule import iter_offsets, ramp_offsets
+from loadgen.load.schedule import Arrivals, iter_offsets, ramp_offsets
 from loadgen.load.selfcheck import ClientMonitor
 from loadgen.load.sessions import SessionPool, SessionRunner, Turns
 from loadgen.load.target import unusable
@@ -122,18 +122,14 @@ async def measure_window(
     workers = resolve_workers(ld.workers)
     if cell.concurrency is not None:
         workers = min(workers, cell.concurrency)
+    arrivals = Arrivals(cell.rate, ld.arrival, ld.burstiness, seed)
     if (shape := shaped(point)) is not None:
         if workers > 1:
             message(f"{shape} run in one client process (load.workers {ld.workers} is for plain schedules)")
         await _shaped_window(client, point, cell, pool, seed, emit, stop, started, health)
         return
     if workers > 1:
-        jobs = worker_jobs(
-            workers=workers, target=client.target, base_url=client.base_url, api_key=client.api_key,
-            new_connection_per_request=client.new_connection_per_request, clock_base_ns=client.clock_base_ns,
-            pool=pool, count=count, concurrency=cell.concurrency, rate=cell.rate, arrival=ld.arrival,
-            burstiness=ld.burstiness, seed=seed, duration_s=ld.duration_s,
-        )
+        jobs = worker_jobs(workers, client.config, pool, count, cell.concurrency, arrivals, ld.duration_s)
         started(count)
         with quiet_gc():
             await run_workers(jobs, emit=emit, health=health, stop=stop, message=message)
@@ -142,8 +138,7 @@ async def measure_window(
     # no connection setup and no idle keep-alive has expired in between
     await client.open_connections(min(cell.in_flight_max, w.num_prompts))
     started(count)
-    offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=seed)
-    plan = LoadPlan(pool, offsets, count, cell.concurrency, ld.duration_s)
+    plan = LoadPlan(pool, arrivals.offsets(), count, cell.concurrency, ld.duration_s)
     monitor = ClientMonitor(client.stats, health)
     with quiet_gc():
         monitor.start()
@@ -176,15 +171,15 @@ async def _shaped_window(
 ) -> None:
     """Sessions, a trace, a ramp-up or stages, in this process."""
     w, ld = point.workload, point.load
+    arrivals = Arrivals(cell.rate, ld.arrival, ld.burstiness, seed)
     sender: Any = client
     plans: list[tuple[LoadPlan, int | None]] = []
     if w.multi_turn is not None:
         sender = SessionRunner(client, Turns(
             pool.maker, w.multi_turn.turns, w.multi_turn.think_time_s, w.multi_turn.system_tokens))
-        offsets = iter_offsets(cell.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=seed)
         count = None if ld.duration_s else len(pool)
         sessions = SessionPool(cell.index, len(pool))
-        plans.append((LoadPlan(sessions, offsets, count, cell.concurrency, ld.duration_s), None))
+        plans.append((LoadPlan(sessions, arrivals.offsets(), count, cell.concurrency, ld.duration_s), None))
         total = None if count is None else count * w.multi_turn.turns
     elif pool.maker.trace:
         rows = pool.maker.trace
@@ -194,13 +189,12 @@ async def _shaped_window(
         total = len(rows)
     elif ld.ramp_up is not None:
         r = ld.ramp_up
-        ramp = ramp_offsets(len(pool), r.strategy, r.start_rate, r.end_rate, arrival=ld.arrival,
-                               burstiness=ld.burstiness, seed=seed)
+        ramp = ramp_offsets(len(pool), r.strategy, r.start_rate, r.end_rate, arrivals)
         plans.append((LoadPlan(pool, ramp, len(pool), cell.concurrency, ld.duration_s), None))
         total = len(pool)
     else:
         for k, step in enumerate(ld.stages):
-            offsets = iter_offsets(step.rate, arrival=ld.arrival, burstiness=ld.burstiness, seed=seed + k)
+            offsets = arrivals.at(step.rate, seed + k).offsets()
             plans.append((LoadPlan(pool, offsets, None, step.concurrency, step.duration_s), k))
         total = None
     await client.open_connections(min(cell.concurrency or len(pool), len(pool)))

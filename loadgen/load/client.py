@@ -217,6 +217,18 @@ def _readable(conn: _Connection) -> bool:
     return bool(poll.poll(0))
 
 
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """What a client is built from, in this process or in a worker process: the target, its URL
+    and key, the run's clock base, and whether every request opens its own connection."""
+
+    target: Target
+    base_url: str
+    clock_base_ns: int
+    api_key: str | None = None
+    new_connection_per_request: bool = False
+
+
 class StreamingClient:
     """Sends prepared requests to ``{base_url}/completions`` or ``/chat/completions``.
 
@@ -225,19 +237,9 @@ class StreamingClient:
     opens its own connection, and TTFT includes the connection setup.
     """
 
-    def __init__(
-        self,
-        target: Target,
-        base_url: str,
-        *,
-        clock_base_ns: int,
-        api_key: str | None = None,
-        new_connection_per_request: bool = False,
-        worker: int = 0,
-    ) -> None:
-        # what a worker process needs to build the same client
-        self.target, self.base_url, self.api_key = target, base_url, api_key
-        self.clock_base_ns, self.new_connection_per_request = clock_base_ns, new_connection_per_request
+    def __init__(self, config: ClientConfig, *, worker: int = 0) -> None:
+        self.config = config  # what a worker process builds the same client from
+        target, base_url, api_key = config.target, config.base_url, config.api_key
         self._worker = worker
         url = base_url.rstrip("/")
         parts = urlsplit(url)
@@ -264,8 +266,8 @@ class StreamingClient:
         self._connect_s = t.connect_s
         self._between_s = t.between_tokens_s
         self._total_s = t.total_s
-        self._base = clock_base_ns
-        self._fresh = new_connection_per_request
+        self._base = config.clock_base_ns
+        self._fresh = config.new_connection_per_request
         self._free: list[_Connection] = []
         self._all: set[_Connection] = set()
         self.stats = ClientStats()

@@ -15,7 +15,7 @@ from typing import Any
 from loadgen.engines.preflight import check_models
 from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, TargetError, UsageError
 from loadgen.load.cell import AbortRule, calibrate, measure_window, warmup
-from loadgen.load.client import StreamingClient
+from loadgen.load.client import ClientConfig, StreamingClient
 from loadgen.load.limits import connections_needed, ensure_fd_limit
 from loadgen.load.prepare import (
     Observer,
@@ -276,10 +276,8 @@ class _Run:
         clock_base = self.provenance.clock_base_ns()
         desc = describe_server(point, info)
         try:
-            async with StreamingClient(
-                target, base_url, clock_base_ns=clock_base, api_key=api_key(target),
-                new_connection_per_request=point.load.new_connection_per_request,
-            ) as client:
+            config = ClientConfig(target, base_url, clock_base, api_key(target), point.load.new_connection_per_request)
+            async with StreamingClient(config) as client:
                 model = await resolve_model(client, base_url, target.model, self.provenance)
                 self.provenance.served_model(model)
                 desc = name_the_model(desc, model, self.provenance.models_answer)

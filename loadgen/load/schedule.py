@@ -13,10 +13,29 @@ request i starts after i inter-arrival gaps drawn from the chosen process:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 BLOCK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Arrivals:
+    """When a cell's requests are due: ``rate`` per second (None: all at once), gaps drawn by
+    the ``arrival`` process (with ``burstiness`` for gamma) from ``seed``."""
+
+    rate: float | None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    seed: int = 0
+
+    def offsets(self) -> Iterator[float]:
+        return iter_offsets(self.rate, arrival=self.arrival, burstiness=self.burstiness, seed=self.seed)
+
+    def at(self, rate: float | None, seed: int) -> Arrivals:
+        """The same process at another rate, from another seed (a stage of a staged load)."""
+        return replace(self, rate=rate, seed=seed)
 
 
 def _gaps(rng: np.random.Generator, size: int, rate: float, arrival: str, burstiness: float) -> np.ndarray:
@@ -73,15 +92,13 @@ def ramp_rate(strategy: str, start: float, end: float, index: int, count: int) -
     return float(start * (end / start) ** progress)
 
 
-def ramp_offsets(
-    count: int, strategy: str, start: float, end: float, *, arrival: str = "poisson", burstiness: float = 1.0,
-    seed: int = 0,
-) -> list[float]:
+def ramp_offsets(count: int, strategy: str, start: float, end: float, arrivals: Arrivals) -> list[float]:
     """Offsets of ``count`` requests whose rate goes from ``start`` to ``end``: the gap before
-    request i is drawn at request i's rate; the first request starts at 0."""
-    rng = np.random.default_rng(seed)
+    request i is drawn (by ``arrivals``' process, from its seed) at request i's rate; the first
+    request starts at 0."""
+    rng = np.random.default_rng(arrivals.seed)
     out = [0.0]
     for i in range(1, count):
         rate = ramp_rate(strategy, start, end, i, count)
-        out.append(out[-1] + float(_gaps(rng, 1, rate, arrival, burstiness)[0]))
+        out.append(out[-1] + float(_gaps(rng, 1, rate, arrivals.arrival, arrivals.burstiness)[0]))
     return out

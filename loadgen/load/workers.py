@@ -25,12 +25,11 @@ from typing import Any
 
 import orjson
 
-from loadgen.load.client import StreamingClient
+from loadgen.load.client import ClientConfig, StreamingClient
 from loadgen.load.dispatch import LoadPlan, Requests, run_load
-from loadgen.load.schedule import concurrency_shares, iter_offsets
+from loadgen.load.schedule import Arrivals, concurrency_shares
 from loadgen.load.selfcheck import ClientMonitor
 from loadgen.results.records import RequestRecord
-from loadgen.scenario.schema import Target
 
 # messages on a worker's pipe: a one-byte tag, then the payload
 _READY, _START, _STOP, _RECORD, _HEALTH, _END = b"C", b"S", b"X", b"R", b"H", b"E"
@@ -48,18 +47,11 @@ def resolve_workers(workers: int | str) -> int:
 class WorkerJob:
     worker: int
     workers: int
-    target: Target
-    base_url: str
-    api_key: str | None
-    new_connection_per_request: bool
-    clock_base_ns: int
+    client: ClientConfig
     pool: Requests
     count: int | None
     concurrency: int | None
-    rate: float | None
-    arrival: str
-    burstiness: float
-    seed: int
+    arrivals: Arrivals
     duration_s: float | None
 
 
@@ -98,18 +90,14 @@ async def _worker(job: WorkerJob, conn: Connection) -> None:
                 started.set_result(0)
 
     loop.add_reader(conn.fileno(), control)
-    client = StreamingClient(
-        job.target, job.base_url, clock_base_ns=job.clock_base_ns, api_key=job.api_key,
-        new_connection_per_request=job.new_connection_per_request, worker=job.worker,
-    )
+    client = StreamingClient(job.client, worker=job.worker)
     async with client:
         await client.open_connections(job.concurrency or 0)
         conn.send_bytes(_READY)
         start_ns = await started
         monitor = ClientMonitor(client.stats, lambda v: conn.send_bytes(_HEALTH + orjson.dumps(v)), job.worker)
         if start_ns and not stop.is_set():
-            offsets = iter_offsets(job.rate, arrival=job.arrival, burstiness=job.burstiness, seed=job.seed)
-            plan = LoadPlan(job.pool, offsets, job.count, job.concurrency, job.duration_s)
+            plan = LoadPlan(job.pool, job.arrivals.offsets(), job.count, job.concurrency, job.duration_s)
             monitor.start()
             try:
                 await run_load(client, plan, start_ns=start_ns, stop=stop, indices=_indices(job),
@@ -212,25 +200,11 @@ async def run_workers(
 
 
 def worker_jobs(
-    *,
-    workers: int,
-    target: Target,
-    base_url: str,
-    api_key: str | None,
-    new_connection_per_request: bool,
-    clock_base_ns: int,
-    pool: Requests,
-    count: int | None,
-    concurrency: int | None,
-    rate: float | None,
-    arrival: str,
-    burstiness: float,
-    seed: int,
-    duration_s: float | None,
+    workers: int, client: ClientConfig, pool: Requests, count: int | None, concurrency: int | None,
+    arrivals: Arrivals, duration_s: float | None,
 ) -> list[WorkerJob]:
     """One job per worker, with its share of the concurrency."""
     return [
-        WorkerJob(k, workers, target, base_url, api_key, new_connection_per_request, clock_base_ns, pool,
-                  count, conc, rate, arrival, burstiness, seed, duration_s)
+        WorkerJob(k, workers, client, pool, count, conc, arrivals, duration_s)
         for k, conc in enumerate(concurrency_shares(workers, concurrency))
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from loadgen.load.client import PreparedRequest, StreamingClient
+from loadgen.load.client import ClientConfig, PreparedRequest, StreamingClient
 from loadgen.load.dispatch import LoadPlan, run_load
 from loadgen.load.schedule import concurrency_shares, iter_offsets
 from loadgen.results.records import RequestRecord
@@ -24,7 +24,7 @@ def test_slices_of_a_schedule_add_up_to_the_whole(start_sim: StartSim) -> None:
         target = Target(base_url=base_url)
         out: list[list[RequestRecord]] = []
         start = time.perf_counter_ns()
-        async with StreamingClient(target, base_url, clock_base_ns=start) as client:
+        async with StreamingClient(ClientConfig(target, base_url, start)) as client:
             for k, conc in enumerate(concurrency_shares(3, 6)):  # worker k of 3 sends k, k + 3, ...
                 indices = range(k, 10, 3)
                 records: list[RequestRecord] = []
