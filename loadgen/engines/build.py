@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from loadgen.engines.catalogue import ModelRef, Setting, resolve_model, resolve_setting, rope_scaling
 from loadgen.engines.engine import Engine
-from loadgen.engines.registry import engine_named
+from loadgen.engines.registry import ENGINES, engine_named
 from loadgen.engines.spec import EngineSpec, parse_gpus
 from loadgen.errors import UsageError
 from loadgen.scenario.serve import ENGINE_SPECIFIC, EngineOptions
@@ -74,10 +74,8 @@ def build_spec(options: EngineOptions, cpus: tuple[int, ...] = ()) -> EngineSpec
         if gpus is not None or (tp or 1) > 1 or pp > 1:
             raise UsageError("--device cpu: drop --gpus, --tp and --pp (a CPU engine runs as one process)")
         if not engine.cpu:
-            raise UsageError(
-                f"--backend {engine.name}: no CPU build; on CPU use one of the engines `loadgen engines` "
-                "lists for CPU"
-            )
+            on_cpu = ", ".join(e.name for e in ENGINES if e.cpu)
+            raise UsageError(f"--backend {engine.name}: no CPU build; on CPU use one of {on_cpu}")
         tp, placed = 1, ()
     else:
         placed = parse_gpus(gpus) if gpus is not None else None
