@@ -20,6 +20,7 @@ from loadgen.servers.gpus import gpu_count
 from loadgen.servers.launch import LaunchSpec
 
 DEFAULT_SLOTS = 16
+DEFAULT_PORT = 8000  # loadgen serve's; a run gives its engine a free port
 
 
 def _flag(option: str) -> str:
@@ -100,7 +101,8 @@ def build_spec(options: EngineOptions, cpus: tuple[int, ...] = ()) -> EngineSpec
         preset = Setting(preset.name, preset.gpu_memory_utilization, length, preset.enforce_eager)
     served = ref.entry.alias if ref.entry else ref.checkpoint
     return EngineSpec(
-        backend=engine.name, model=ref, served_name=served, host=options.host, port=options.port or 8000,
+        backend=engine.name, model=ref, served_name=served, host=options.host,
+        port=DEFAULT_PORT if options.port is None else options.port,
         device=dev, gpus=placed, tp=tp, pp=pp, setting=preset, rope=rope_scaling(ref.entry, preset.max_model_len),
         kv_cache_dtype=options.kv_cache_dtype, load_format=options.load_format, attn=options.attn,
         slots=options.slots or DEFAULT_SLOTS, load_in=options.load_in, grad_mode=options.grad_mode,

@@ -149,7 +149,7 @@ class EngineOptions(StrictModel):
     )
     extra_args: tuple[str, ...] = Field((), description="more arguments for the engine, as its own flags")
     host: str = Field("127.0.0.1", description="address the engine binds")
-    port: int | None = Field(None, ge=1, le=65535, description="port the engine listens on (default: a free one)")
+    port: int | None = Field(None, ge=0, le=65535, description="port the engine listens on (default: a free one)")
     force: bool = Field(False, description="launch on GPUs that already hold memory")
 
     @field_validator("gpus", mode="before")
