@@ -17,9 +17,7 @@ import typer
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+from loadgen.scenario.serve import flag
 
 
 def _cli_type(annotation: Any) -> Any:
@@ -38,13 +36,12 @@ def _cli_type(annotation: Any) -> Any:
 
 def options_from(
     model: type[BaseModel], *, skip: tuple[str, ...] = (), defaults: Mapping[str, Any] | None = None,
-    helps: Mapping[str, str] | None = None, names: Mapping[str, str] | None = None,
-    metavars: Mapping[str, str] | None = None,
+    helps: Mapping[str, str] | None = None, metavars: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Add one ``--option`` per field of ``model`` (less ``skip``) to a command taking ``**options``;
-    ``defaults``, ``helps``, ``names`` (the flag) and ``metavars`` replace a field's own on the
-    command line. A list or mapping field is a repeatable option of texts."""
-    defaults, helps, names, metavars = dict(defaults or {}), dict(helps or {}), dict(names or {}), dict(metavars or {})
+    """Add one ``--option`` per field of ``model`` (less ``skip``; the flag is ``flag(field)``) to a
+    command taking ``**options``; ``defaults``, ``helps`` and ``metavars`` replace a field's own on
+    the command line. A list or mapping field is a repeatable option of texts."""
+    defaults, helps, metavars = dict(defaults or {}), dict(helps or {}), dict(metavars or {})
 
     def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(func)
@@ -61,7 +58,7 @@ def options_from(
             if get_origin(field.annotation) in (tuple, dict):
                 default = None
             help_text = helps.get(name) or field.description or name.replace("_", " ")
-            option = typer.Option(names.get(name, flag(name)), help=help_text, metavar=metavars.get(name))
+            option = typer.Option(flag(name), help=help_text, metavar=metavars.get(name))
             annotation = Annotated[kind, option]  # type: ignore[valid-type]
             hints[name] = annotation
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,

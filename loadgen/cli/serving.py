@@ -10,15 +10,15 @@ from typing import Annotated, Any
 import typer
 
 from loadgen.cli.console import err, handles_errors, out, print_text
-from loadgen.cli.options import flag, options_from
+from loadgen.cli.options import options_from
 from loadgen.cli.root import Command, Overrides, app
 from loadgen.errors import LaunchError, UsageError
-from loadgen.scenario.serve import SIM_FLAGS, EngineOptions, SimOptions
+from loadgen.scenario.serve import EngineOptions, SimOptions, flag
 
 
 @app.command(cls=Command)
 @handles_errors
-@options_from(SimOptions, names=SIM_FLAGS, metavars={"faults": "KIND=RATE", "reject_params": "FIELD",
+@options_from(SimOptions, metavars={"faults": "KIND=RATE", "reject_params": "FIELD",
                                                      "max_seqs": "N", "itl_per_seq_us": "US",
                                                      "prefill_per_token_us": "US"})
 def sim(
@@ -50,7 +50,7 @@ def sim(
     except ValidationError as exc:
         first = exc.errors()[0]
         name = str(first["loc"][0]) if first["loc"] else "faults"
-        raise UsageError(f"{SIM_FLAGS.get(name, flag(name))}: {first['msg'].removeprefix('Value error, ')}") from None
+        raise UsageError(f"{flag(name)}: {first['msg'].removeprefix('Value error, ')}") from None
     api_key = os.environ.get(options.api_key_env) if options.api_key_env else None
     if options.api_key_env and api_key is None:
         raise UsageError(f"--api-key-env {options.api_key_env}: the variable is not set")

@@ -15,16 +15,12 @@ from loadgen.engines.engine import Engine
 from loadgen.engines.registry import ENGINES, engine_named
 from loadgen.engines.spec import EngineSpec, parse_gpus
 from loadgen.errors import UsageError
-from loadgen.scenario.serve import ENGINE_SPECIFIC, EngineOptions
+from loadgen.scenario.serve import ENGINE_SPECIFIC, EngineOptions, flag
 from loadgen.servers.gpus import gpu_count
 from loadgen.servers.launch import LaunchSpec
 
 DEFAULT_SLOTS = 16
 DEFAULT_PORT = 8000  # loadgen serve's; a run gives its engine a free port
-
-
-def _flag(option: str) -> str:
-    return "--" + option.replace("_", "-")
 
 
 def _device(device: str, ref: ModelRef, gpus: str | None, tp: int | None) -> str:
@@ -41,7 +37,7 @@ def check_options(options: EngineOptions, engine: Engine) -> None:
     for option in ENGINE_SPECIFIC:
         if option in options.chosen() and option not in engine.options:
             raise UsageError(
-                f"{_flag(option)}: {engine.label} (--backend {engine.name}) has no such option; "
+                f"{flag(option)}: {engine.label} (--backend {engine.name}) has no such option; "
                 "`loadgen serve --help` says which engines take it"
             )
 
@@ -58,7 +54,7 @@ def engine_options(model: str, **values: Any) -> EngineOptions:
         if first["type"] == "literal_error":
             expected = str(first.get("ctx", {}).get("expected", ""))
             why = "choose one of " + expected.replace("'", "").replace(" or ", ", ")
-        raise UsageError(f"{_flag(name)} {given.get(name)!r}: {why}") from None
+        raise UsageError(f"{flag(name)} {given.get(name)!r}: {why}") from None
 
 
 def build_spec(options: EngineOptions, cpus: tuple[int, ...] = ()) -> EngineSpec:

@@ -99,18 +99,24 @@ class SimOptions(StrictModel):
             value, default = getattr(self, name), type(self).model_fields[name].get_default(call_default_factory=True)
             if value == default:
                 continue
-            flag = SIM_FLAGS.get(name, "--" + name.replace("_", "-"))
+            name_ = flag(name)
             if isinstance(value, dict):
-                out += [x for kind, rate in value.items() for x in (flag, f"{kind}={rate:g}")]
+                out += [x for kind, rate in value.items() for x in (name_, f"{kind}={rate:g}")]
             elif isinstance(value, tuple):
-                out += [x for item in value for x in (flag, str(item))]
+                out += [x for item in value for x in (name_, str(item))]
             else:
-                out += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+                out += [name_, f"{value:g}" if isinstance(value, float) else str(value)]
         return out
 
 
 # flags named otherwise than their field (one of many values each)
 SIM_FLAGS: dict[str, str] = {"faults": "--fault", "reject_params": "--reject-param"}
+
+
+def flag(option: str) -> str:
+    """An option's command-line flag: ``--kv-cache-dtype`` for ``kv_cache_dtype`` (``--fault``
+    for the simulator's ``faults``, one fault each)."""
+    return SIM_FLAGS.get(option, "--" + option.replace("_", "-"))
 
 
 class EngineOptions(StrictModel):

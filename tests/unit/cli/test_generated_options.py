@@ -10,11 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loadgen.cli import app
-from loadgen.scenario.serve import SIM_FLAGS, EngineOptions, SimOptions
-
-
-def flag(name: str) -> str:
-    return SIM_FLAGS.get(name, "--" + name.replace("_", "-"))
+from loadgen.scenario.serve import EngineOptions, SimOptions, flag
 
 
 def help_text(command: str) -> str:
