@@ -88,13 +88,14 @@ def cell_memory(cell: CellSummary) -> tuple[float | None, str]:
     allocation (as the documents measure it), else what NVML saw the engine's processes hold."""
     server = cell.server
     gpu = cell.gpu_memory
-    peak = ((cell.server_metrics or {}).get("engine_peak_allocated_bytes") or {}).get("max")
+    gauge = cell.server_metrics.gauges.get("engine_peak_allocated_bytes") if cell.server_metrics else None
+    peak = gauge.max if gauge is not None else None
     if server.device == "cpu":
         return None, "n/a (CPU)"
     if (engine := engine_of_server(server)) is not None and engine.reports_peak_memory and peak:
         return peak / GIB, ""
-    if gpu.get("available"):
-        return float(gpu["peak_gib_total"]), ""
+    if gpu.available and gpu.peak_gib_total is not None:
+        return gpu.peak_gib_total, ""
     return None, "n/a (no GPU)"
 
 
@@ -209,7 +210,7 @@ def single_stream_tables(summary: Summary, *, spread: bool = False) -> list[Tabl
         declared = engine_of_server(server)
         if declared is not None and declared.preallocates and any(c.server.device != "cpu" for _, c in items):
             kv = [
-                (c.server_metrics or {}).get("kv_cache_usage", {}).get("max") for _, c in items
+                g.max for _, c in items if c.server_metrics and (g := c.server_metrics.gauges.get("kv_cache_usage"))
             ]
             kv_peak = max((k for k in kv if k is not None), default=None)
             notes.append(

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.results.records import RequestRecord
+from loadgen.results.samples import Sample
 
 # beyond these the run is reported client-bound
 LOOP_LAG_P99_MS = 5.0
@@ -103,23 +104,23 @@ def _stats(values: list[float]) -> Spread | None:
 
 
 def client_health(
-    samples: list[dict[str, Any]], records: list[RequestRecord], rate_driven: bool
+    samples: list[Sample], records: list[RequestRecord], rate_driven: bool
 ) -> ClientHealth | None:
     """The cell's verdict from its ``client`` samples (``probes.jsonl``); None when nothing was sampled."""
-    samples = [s["values"] for s in samples]  # probes.jsonl lines: {"cell", "probe", "wall", "values"}
-    if not samples:
+    values = [s.values for s in samples]
+    if not values:
         return None
-    lags = [x for s in samples for x in s["loop_lag_ms"]]
+    lags = [x for s in values for x in s["loop_lag_ms"]]
     per_worker: dict[int, list[float]] = {}
-    for s in samples:
+    for s in values:
         acc = per_worker.setdefault(int(s.get("worker", 0)), [0.0, 0.0])
         acc[0] += s["cpu_s"]
         acc[1] += s["wall_s"]
     workers = len(per_worker)
     cpu_s = sum(c for c, _ in per_worker.values())
     share = max((c / w for c, w in per_worker.values() if w > 0), default=0.0)
-    reads = sum(s["reads"] for s in samples)
-    read_ms = sum(s["read_ms"] for s in samples)
+    reads = sum(s["reads"] for s in values)
+    read_ms = sum(s["read_ms"] for s in values)
     send = None
     if rate_driven:
         measured = [r for r in records if not r.warmup and r.sent_at is not None]
@@ -133,7 +134,7 @@ def client_health(
     if share > CPU_SHARE:
         reasons.append(f"client CPU {share:.0%} of a core > {CPU_SHARE:.0%}")
     bound = bool(reasons)
-    hogs = _hogs(samples)
+    hogs = _hogs(values)
     verdict, advice = "ok", None
     if share > CPU_SHARE:
         verdict = "saturated"

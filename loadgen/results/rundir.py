@@ -37,6 +37,7 @@ from loadgen.results.provenance import Provenance
 from loadgen.results.records import RecordWriter, RequestRecord, read_records
 from loadgen.results.samples import (
     SAMPLES,
+    Sample,
     SampleLog,
     prefix_cache_hit_rate,
     read_samples,
@@ -85,7 +86,7 @@ def cell_summary(
     cell: Cell,
     records: list[RequestRecord],
     status: CellStatus,
-    samples: dict[str, list[dict[str, Any]]],
+    samples: dict[str, list[Sample]],
 ) -> CellSummary:
     """One entry of ``summary.json: cells``, from the cell's records, status line and probe samples."""
     point = cell.point

@@ -21,7 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,20 +154,101 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
     return prev_le
 
 
-def summarize_server_metrics(samples: list[dict[str, Any]]) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One line of ``probes.jsonl``: a cell's sample of one kind, at a wall-clock time."""
+
+    cell: int
+    kind: str  # metrics | gpu | client (the line's "probe")
+    wall: float
+    # the kind's own fields: parse_metrics' output; NVML's held and used bytes per GPU; the
+    # client self-check's figures
+    values: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cell": self.cell, "probe": self.kind, "wall": self.wall, "values": self.values}
+
+
+@dataclass(frozen=True, slots=True)
+class GaugeSummary:
+    max: float
+    mean: float
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSummary:
+    count: float
+    mean: float
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetrics:
+    """One cell's server-side view (``summary.json: cells[].server_metrics``): gauge peaks and
+    means, counter and histogram increases over the cell, by loadgen's metric names."""
+
+    scrapes: int
+    gauges: dict[str, GaugeSummary]
+    counters: dict[str, float]
+    histograms: dict[str, HistogramSummary]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scrapes": self.scrapes, **{k: asdict(v) for k, v in self.gauges.items()}, **self.counters,
+            **{k: asdict(v) for k, v in self.histograms.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> ServerMetrics | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            scrapes=int(data.get("scrapes", 0)),
+            gauges={k: GaugeSummary(**data[k]) for k in GAUGES if isinstance(data.get(k), dict)},
+            counters={k: float(data[k]) for k in COUNTERS if data.get(k) is not None},
+            histograms={k: HistogramSummary(**data[k]) for k in HISTOGRAMS if isinstance(data.get(k), dict)},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMemory:
+    """GPU memory the engine's processes held during a cell (NVML), or why there is no figure."""
+
+    available: bool
+    reason: str | None = None
+    source: str | None = None
+    peak_gib_per_gpu: dict[str, float] | None = None
+    peak_gib_total: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: object) -> GpuMemory:
+        if not isinstance(data, dict):
+            return cls(False, "no GPU samples")
+        return cls(bool(data.get("available")), data.get("reason"), data.get("source"), data.get("peak_gib_per_gpu"),
+                   data.get("peak_gib_total"))
+
+
+def summarize_server_metrics(samples: list[Sample]) -> ServerMetrics | None:
     """One cell's server-side view from its scrapes: gauge peaks and means, counter and histogram
     increases over the cell (last scrape minus first)."""
     if not samples:
         return None
-    first, last = samples[0]["values"], samples[-1]["values"]
-    out: dict[str, Any] = {"scrapes": len(samples)}
+    first, last = samples[0].values, samples[-1].values
+    gauges: dict[str, GaugeSummary] = {}
+    counters: dict[str, float] = {}
+    histograms: dict[str, HistogramSummary] = {}
     for key in GAUGES:
-        seen = [s["values"]["gauges"][key] for s in samples if key in s["values"]["gauges"]]
+        seen = [s.values["gauges"][key] for s in samples if key in s.values["gauges"]]
         if seen:
-            out[key] = {"max": max(seen), "mean": sum(seen) / len(seen)}
+            gauges[key] = GaugeSummary(max(seen), sum(seen) / len(seen))
     for key in COUNTERS:
         if key in first["counters"] and key in last["counters"]:
-            out[key] = last["counters"][key] - first["counters"][key]
+            counters[key] = last["counters"][key] - first["counters"][key]
     for key in HISTOGRAMS:
         a, b = first["histograms"].get(key), last["histograms"].get(key)
         if a is None or b is None:
@@ -177,28 +258,25 @@ def summarize_server_metrics(samples: list[dict[str, Any]]) -> dict[str, Any] | 
         n = b["count"] - a["count"]
         if n <= 0:
             continue
-        out[key] = {
-            "count": n,
-            "mean": (b["sum"] - a["sum"]) / n,
-            "p50": histogram_quantile(0.5, delta),
-            "p90": histogram_quantile(0.9, delta),
-            "p99": histogram_quantile(0.99, delta),
-        }
-    return out
+        histograms[key] = HistogramSummary(
+            n, (b["sum"] - a["sum"]) / n, histogram_quantile(0.5, delta), histogram_quantile(0.9, delta),
+            histogram_quantile(0.99, delta),
+        )
+    return ServerMetrics(len(samples), gauges, counters, histograms)
 
 
-def summarize_gpu(samples: list[dict[str, Any]], reason: str | None = None) -> dict[str, Any]:
+def summarize_gpu(samples: list[Sample], reason: str | None = None) -> GpuMemory:
     """Peak GiB the engine held per GPU and in total (the peak of the per-sample sum)."""
     if not samples:
-        return {"available": False, "reason": reason or "no GPU samples"}
+        return GpuMemory(False, reason or "no GPU samples")
     per: dict[str, float] = {}
     total = 0.0
     for s in samples:
-        held = s["values"]["held"]
+        held = s.values["held"]
         for gpu, b in held.items():
             per[gpu] = max(per.get(gpu, 0.0), b / GIB)
         total = max(total, sum(held.values()) / GIB)
-    return {"available": True, "source": "nvml process tree", "peak_gib_per_gpu": per, "peak_gib_total": total}
+    return GpuMemory(True, source="nvml process tree", peak_gib_per_gpu=per, peak_gib_total=total)
 
 
 class SampleLog:
@@ -207,17 +285,17 @@ class SampleLog:
     def __init__(self, path: Path) -> None:
         self._file = path.open("ab")  # noqa: SIM115 - closed in close()
         self._lock = threading.Lock()
-        self._by_cell: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        self._by_cell: dict[int, dict[str, list[Sample]]] = {}
 
     def write(self, cell: int, kind: str, values: dict[str, Any]) -> None:
-        sample = {"cell": cell, "probe": kind, "wall": time.time(), "values": values}
-        line = orjson.dumps(sample) + b"\n"
+        sample = Sample(cell, kind, time.time(), values)
+        line = orjson.dumps(sample.to_dict()) + b"\n"
         with self._lock:
             self._file.write(line)
             self._file.flush()
             self._by_cell.setdefault(cell, {}).setdefault(kind, []).append(sample)
 
-    def samples(self, cell: int) -> dict[str, list[dict[str, Any]]]:
+    def samples(self, cell: int) -> dict[str, list[Sample]]:
         """What this log wrote for ``cell`` (the lines ``read_samples`` gives back), without reading the file."""
         with self._lock:
             return {k: list(v) for k, v in self._by_cell.get(cell, {}).items()}
@@ -226,9 +304,9 @@ class SampleLog:
         self._file.close()
 
 
-def read_samples(path: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
+def read_samples(path: Path) -> dict[int, dict[str, list[Sample]]]:
     """Samples by cell and kind; a last line cut short by a crash is skipped."""
-    out: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    out: dict[int, dict[str, list[Sample]]] = {}
     if not path.is_file():
         return out
     with path.open("rb") as f:
@@ -237,21 +315,23 @@ def read_samples(path: Path) -> dict[int, dict[str, list[dict[str, Any]]]]:
                 break
             try:
                 s = orjson.loads(line)
-                out.setdefault(s["cell"], {}).setdefault(s["probe"], []).append(s)
+                sample = Sample(int(s["cell"]), str(s["probe"]), float(s.get("wall") or 0.0), dict(s["values"]))
+                out.setdefault(sample.cell, {}).setdefault(sample.kind, []).append(sample)
             except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
                 raise RunDirError(f"{path}: line {n} is not a sample ({exc})") from None
     return out
 
 
-def prefix_cache_hit_rate(server_metrics: dict[str, Any] | None) -> tuple[float | None, str]:
+def prefix_cache_hit_rate(server_metrics: ServerMetrics | None) -> tuple[float | None, str]:
     """The share of prompt tokens the server served from its prefix cache during a cell, from
     its own counters (hits / queries over the cell), else its hit-rate gauge; or why unknown."""
     if not server_metrics:
         return None, "the server's /metrics could not be read"
-    queries, hits = server_metrics.get("prefix_cache_queries"), server_metrics.get("prefix_cache_hits")
+    queries = server_metrics.counters.get("prefix_cache_queries")
+    hits = server_metrics.counters.get("prefix_cache_hits")
     if queries is not None and hits is not None:
         return (hits / queries if queries > 0 else 0.0), "prefix-cache hit and query counters"
-    gauge = server_metrics.get("prefix_cache_hit_rate")
+    gauge = server_metrics.gauges.get("prefix_cache_hit_rate")
     if gauge is not None:
-        return float(gauge["mean"]), "prefix-cache hit-rate gauge (mean over the cell)"
+        return gauge.mean, "prefix-cache hit-rate gauge (mean over the cell)"
     return None, "the server exports no prefix-cache counter"

@@ -15,6 +15,7 @@ from typing import Any
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.clienthealth import ClientHealth
 from loadgen.results.probe import CapacityAnswer, ProbeResult
+from loadgen.results.samples import GpuMemory, ServerMetrics
 
 SCHEMA_VERSION = 2
 STAT_KEYS: tuple[str, ...] = ("mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9")
@@ -139,8 +140,8 @@ class CellSummary:
     note: str
     server: ServerInfo
     metrics: CellMetrics | None
-    server_metrics: dict[str, Any] | None = None
-    gpu_memory: dict[str, Any] = field(default_factory=dict)
+    server_metrics: ServerMetrics | None = None
+    gpu_memory: GpuMemory = field(default_factory=lambda: GpuMemory(False, "no GPU samples"))
     client: ClientHealth | None = None
     # the witness: the share of prompt tokens the server answered from its prefix cache during
     # the cell (its own counters), None where it exports none; and the cache reset before it
@@ -164,6 +165,8 @@ class CellSummary:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["server"] = self.server.to_dict()
         out["client"] = None if self.client is None else self.client.to_dict()
+        out["server_metrics"] = None if self.server_metrics is None else self.server_metrics.to_dict()
+        out["gpu_memory"] = self.gpu_memory.to_dict()
         out["metrics"] = None if self.metrics is None else self.metrics.to_dict()
         out["warnings"] = list(self.warnings)
         if self.probe is None:
@@ -179,7 +182,8 @@ class CellSummary:
             cell=int(data["cell"]), params=dict(data.get("params") or {}), status=str(data.get("status")),
             reason=data.get("reason"), note=data.get("note") or "", server=ServerInfo.from_dict(data.get("server")),
             metrics=None if metrics is None else CellMetrics.from_dict(metrics),
-            server_metrics=data.get("server_metrics"), gpu_memory=dict(data.get("gpu_memory") or {}),
+            server_metrics=ServerMetrics.from_dict(data.get("server_metrics")),
+            gpu_memory=GpuMemory.from_dict(data.get("gpu_memory")),
             client=ClientHealth.from_dict(data.get("client")),
             server_prefix_cache_hit_rate=data.get("server_prefix_cache_hit_rate"),
             cache_reset=data.get("cache_reset"), warnings=tuple(data.get("warnings") or ()),

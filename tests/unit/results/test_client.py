@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from loadgen.results.clienthealth import client_health
 from loadgen.results.records import RequestRecord
+from loadgen.results.samples import Sample
 
 
-def sample(worker: int, cpu: float, wall: float, lags: list[float], reads: int = 10, read_ms: float = 1.0) -> dict:
+def sample(worker: int, cpu: float, wall: float, lags: list[float], reads: int = 10, read_ms: float = 1.0) -> Sample:
     values = {"worker": worker, "cpu_s": cpu, "wall_s": wall, "reads": reads, "read_ms": read_ms, "loop_lag_ms": lags}
-    return {"cell": 0, "probe": "client", "wall": 0.0, "values": values}
+    return Sample(0, "client", 0.0, values)
 
 
 def rec(i: int, scheduled: float, sent: float) -> RequestRecord:

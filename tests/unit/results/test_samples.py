@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 
 from loadgen.load.sampling import KNOWN
-from loadgen.results.samples import histogram_quantile, parse_metrics, summarize_gpu, summarize_server_metrics
+from loadgen.results.samples import (
+    Sample,
+    histogram_quantile,
+    parse_metrics,
+    summarize_gpu,
+    summarize_server_metrics,
+)
 
 PAGE = """# TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{{model_name="m"}} {running}
@@ -27,7 +33,10 @@ def test_parse_and_summarise_a_cell() -> None:
     b = parse_metrics(PAGE.format(running=4, kv=0.25, pre=5, b1=3, b2=5, s=1.25), KNOWN)
     assert a["gauges"] == {"running": 0.0, "kv_cache_usage": 0.0}
     assert b["counters"]["preemptions"] == 5.0
-    summary = summarize_server_metrics([{"values": a}, {"values": b}])
+    typed = summarize_server_metrics([Sample(0, "metrics", 0.0, a), Sample(0, "metrics", 1.0, b)])
+    assert typed is not None
+    assert typed.gauges["running"].max == 4.0
+    summary = typed.to_dict()  # as summary.json holds it
     assert summary["running"] == {"max": 4.0, "mean": 2.0}
     assert summary["preemptions"] == 3.0
     ttft = summary["ttft_s"]
@@ -48,13 +57,15 @@ def test_histogram_quantile_in_the_open_bucket_is_its_lower_bound() -> None:
 def test_gpu_summary_peaks_per_gpu_and_in_total() -> None:
     gib = 1 << 30
     samples = [
-        {"values": {"held": {"0": 2 * gib, "1": 1 * gib}}},
-        {"values": {"held": {"0": 1 * gib, "1": 3 * gib}}},
+        Sample(0, "gpu", 0.0, {"held": {"0": 2 * gib, "1": 1 * gib}}),
+        Sample(0, "gpu", 0.2, {"held": {"0": 1 * gib, "1": 3 * gib}}),
     ]
     s = summarize_gpu(samples)
-    assert s["peak_gib_per_gpu"] == {"0": 2.0, "1": 3.0}
-    assert s["peak_gib_total"] == 4.0  # the peak of the sum, not the sum of the peaks
-    assert summarize_gpu([], reason="the engine runs on CPU") == {"available": False, "reason": "the engine runs on CPU"}
+    assert s.peak_gib_per_gpu == {"0": 2.0, "1": 3.0}
+    assert s.peak_gib_total == 4.0  # the peak of the sum, not the sum of the peaks
+    assert summarize_gpu([], reason="the engine runs on CPU").to_dict() == {
+        "available": False, "reason": "the engine runs on CPU",
+    }
 
 
 def test_reading_only_known_families_agrees_with_prometheus_own_parser() -> None:
