@@ -32,14 +32,16 @@ def _device(device: str, ref: ModelRef, gpus: str | None, tp: int | None) -> str
     return "cuda" if gpu_count() else "cpu"
 
 
-def check_options(options: EngineOptions, engine: Engine) -> None:
-    """An engine-specific option is given only to an engine that declares it."""
-    for option in ENGINE_SPECIFIC:
-        if option in options.chosen() and option not in engine.options:
-            raise UsageError(
-                f"{flag(option)}: {engine.label} (--backend {engine.name}) has no such option; "
-                "`loadgen serve --help` says which engines take it"
-            )
+def foreign_option(options: EngineOptions, engine: Engine) -> str | None:
+    """An engine-specific option given to an engine that does not declare it, or None."""
+    chosen = options.chosen()
+    return next((o for o in ENGINE_SPECIFIC if o in chosen and o not in engine.options), None)
+
+
+def not_taken(engine: Engine, option: str) -> str:
+    """Why ``option`` is refused, naming the engines that take it."""
+    takers = ", ".join(e.name for e in ENGINES if option in e.options)
+    return f"{engine.label} ({engine.name}) has no such option; the engines that take it: {takers}"
 
 
 def engine_options(model: str, **values: Any) -> EngineOptions:
@@ -62,7 +64,8 @@ def build_spec(options: EngineOptions, cpus: tuple[int, ...] = ()) -> EngineSpec
     engine = engine_named(options.backend)
     if options.model is None:
         raise UsageError("an engine needs a model: a catalogue alias (see `loadgen models`), hub id or path")
-    check_options(options, engine)
+    if (option := foreign_option(options, engine)) is not None:
+        raise UsageError(f"{flag(option)}: {not_taken(engine, option)}")
     tp, pp, gpus = options.tp, options.pp, options.gpus
     ref = resolve_model(options.model, options.quant, engine.quants, engine.name)
     dev = _device(options.device, ref, gpus, tp)

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from loadgen.engines.build import foreign_option, not_taken
 from loadgen.engines.catalogue import resolve_model
 from loadgen.engines.registry import SIM, engine_named
 from loadgen.engines.spec import EngineSpec
@@ -106,9 +107,11 @@ def check_models(scenario: Scenario, source: str) -> None:
         if serve is None or serve.backend == SIM:
             continue
         try:
-            engine = engine_named(serve.backend)
+            engine = engine_named(serve.backend, "serve.backend")
         except UsageError as exc:
-            raise ScenarioError(f"{source}: serve.backend -> {exc}") from None
+            raise ScenarioError(f"{source}: {exc}") from None
+        if (option := foreign_option(serve, engine)) is not None:
+            raise ScenarioError(f"{source}: serve.{option} -> {not_taken(engine, option)}")
         try:
             resolve_model(serve.model or "", serve.quant, engine.quants, engine.name)
         except UsageError as exc:

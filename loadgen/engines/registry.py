@@ -49,13 +49,14 @@ _BY_NAME: dict[str, Engine] = {n.lower(): e for e in ENGINES for n in e.names}
 SIM = "sim"  # loadgen's own simulator, which a serve: block starts without a model
 
 
-def engine_named(name: str | None) -> Engine:
-    """The engine a ``--backend`` / ``serve.backend`` value names (None: the default engine)."""
+def engine_named(name: str | None, what: str = "--backend") -> Engine:
+    """The engine a ``--backend`` / ``serve.backend`` value names (None: the default engine);
+    ``what`` names the flag or key in the error."""
     if name is None:
         return DEFAULT
     engine = _BY_NAME.get(name.lower())
     if engine is None:
-        raise UsageError(f"--backend {name!r}: choose one of {', '.join(REGISTRY)} (see `loadgen engines`)")
+        raise UsageError(f"{what} {name!r}: choose one of {', '.join(REGISTRY)} (see `loadgen engines`)")
     return engine
 
 

@@ -125,9 +125,9 @@ def test_tiny_on_cpu_for_the_cpu_engines() -> None:
     ({"backend": "llamacpp", "quant": "int8"}, "llamacpp's own: f16, q8_0"),
     ({"backend": "ctranslate2", "tp": 2}, "runs on one device"),
     ({"backend": "llamacpp", "quant": "awq"}, "llama.cpp quantizes GGUF files itself"),
-    ({"backend": "vllm", "load_in": "8bit"}, "--load-in: vLLM .--backend vllm. has no such option"),
+    ({"backend": "vllm", "load_in": "8bit"}, "--load-in: vLLM .vllm. has no such option; the engines that take it: transformers"),
     ({"backend": "transformers", "load_in": "2bit"}, "--load-in '2bit': choose one of 8bit, 4bit"),
-    ({"backend": "llamacpp", "kv_cache_dtype": "fp8"}, "--kv-cache-dtype: llama.cpp .--backend llamacpp. has no"),
+    ({"backend": "llamacpp", "kv_cache_dtype": "fp8"}, "--kv-cache-dtype: llama.cpp .llamacpp. has no such option; the engines that take it: vllm, sglang"),
 ])
 def test_engine_options_that_do_not_fit_are_refused(kw: dict[str, object], message: str | None) -> None:
     model = str(kw.pop("model", "qwen2-7b"))

@@ -88,6 +88,11 @@ def test_serve_block_names_an_engine(tmp_path: Path) -> None:
     assert "serve -> backend transformers needs a model" in error_of(tmp_path, "serve: {backend: transformers}\n")
     assert "serve -> the simulator takes no model" in error_of(tmp_path, "serve: {backend: sim, model: tiny}\n")
     # engine names are the engines' own: checked with the models, before anything is launched
-    with pytest.raises(ScenarioError, match="serve.backend -> --backend 'trt': choose one of vllm"):
+    with pytest.raises(ScenarioError, match="s.yaml: serve.backend 'trt': choose one of vllm"):
         check_models(load_scenario(write(tmp_path, "serve: {backend: trt, model: tiny}\n")), "s.yaml")
+    # an engine-specific key on an engine that takes no such option, named as the file writes it
+    with pytest.raises(ScenarioError, match=r"s.yaml: serve.slots -> vLLM \(vllm\) has no such option; the "
+                                            "engines that take it: llamacpp, exllamav2, mlc"):
+        check_models(load_scenario(write(tmp_path, "serve: {backend: vllm, model: tiny, slots: 4}\n")), "s.yaml")
+    check_models(load_scenario(write(tmp_path, "serve: {backend: llamacpp, model: tiny, slots: 4}\n")), "s.yaml")
     assert "serve.attn -> " in error_of(tmp_path, "serve: {model: tiny, backend: transformers, attn: fa3}\n")
