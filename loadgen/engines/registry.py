@@ -65,15 +65,6 @@ def backend_of(backend: str | None) -> str:
     return SIM if backend == SIM else engine_named(backend).name
 
 
-def metric_names() -> dict[str, tuple[str, ...]]:
-    """loadgen's metric name -> every engine's names for it."""
-    merged: dict[str, tuple[str, ...]] = {}
-    for engine in ENGINES:
-        for key, names in engine.metrics.items():
-            merged[key] = (*merged.get(key, ()), *names)
-    return merged
-
-
 def engine_of_server(server: ServerInfo) -> Engine | None:
     """The engine a cell's server description names, or None (the simulator, a given URL)."""
     return _BY_NAME.get(server.backend.lower()) if server.backend else None

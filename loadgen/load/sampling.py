@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import psutil
 
-from loadgen.engines.registry import metric_names
+from loadgen.engines.registry import ENGINES
 from loadgen.errors import TargetError
 from loadgen.results.samples import MetricNames, parse_metrics
 from loadgen.servers.gpus import nvml
@@ -78,7 +78,7 @@ class GpuSampler:
 
 
 # every engine's metric names, and loadgen's own
-KNOWN = MetricNames.of(metric_names())
+KNOWN = MetricNames.of(*(e.metrics for e in ENGINES))
 
 
 class MetricsScraper:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import loadgen
-from loadgen.engines.registry import ENGINES, MODULES, REGISTRY, engine_named, metric_names
+from loadgen.engines.registry import ENGINES, MODULES, REGISTRY, engine_named
+from loadgen.load.sampling import KNOWN
 from loadgen.results.samples import COUNTERS, GAUGES, HISTOGRAMS
 from loadgen.scenario.serve import ENGINE_SPECIFIC, EngineOptions
 
@@ -78,7 +79,9 @@ def test_engine_options_are_declared_fields_and_metrics_known_names() -> None:
     for engine in ENGINES:
         assert set(engine.options) <= set(ENGINE_SPECIFIC) <= set(EngineOptions.model_fields), engine.name
         assert set(engine.metrics) <= {*GAUGES, *COUNTERS, *HISTOGRAMS}, engine.name
-    assert "vllm:num_requests_running" in metric_names()["running"]
+    # every engine's names are read, after loadgen's own
+    assert KNOWN.names["running"][:2] == ("loadgen_sim_requests_running", "vllm:num_requests_running")
+    assert "sglang:num_running_reqs" in KNOWN.names["running"]
 
 
 def test_names_users_write() -> None:
