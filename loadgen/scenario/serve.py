@@ -119,6 +119,12 @@ def flag(option: str) -> str:
     return SIM_FLAGS.get(option, "--" + option.replace("_", "-"))
 
 
+# the choices of loadgen's transformers engine, shared with its own command line (servers/hfserve.py)
+Attention = Literal["sdpa", "eager", "flash_attention_2"]
+LoadIn = Literal["8bit", "4bit"]
+GradMode = Literal["inference_mode", "no_grad"]
+
+
 class EngineOptions(StrictModel):
     """An engine launch, as ``loadgen serve`` takes it (each field is its ``--flag``) and as a
     scenario's ``serve:`` block holds it: one declaration of each option. Which engine takes
@@ -139,13 +145,13 @@ class EngineOptions(StrictModel):
     pp: int = Field(1, ge=1, description="pipeline parallel size")
     kv_cache_dtype: str | None = Field(None, description="KV-cache dtype, e.g. fp8")
     load_format: str | None = Field(None, description="e.g. dummy: random weights of the real architecture")
-    attn: Literal["sdpa", "eager", "flash_attention_2"] = Field(
+    attn: Attention = Field(
         "sdpa", description="attention implementation: sdpa | eager | flash_attention_2"
     )
-    load_in: Literal["8bit", "4bit"] | None = Field(
+    load_in: LoadIn | None = Field(
         None, description="load the weights 8bit or 4bit (bitsandbytes)"
     )
-    grad_mode: Literal["inference_mode", "no_grad"] = Field(
+    grad_mode: GradMode = Field(
         "inference_mode", description="inference_mode (default) or no_grad"
     )
     slots: int | None = Field(

@@ -27,11 +27,12 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 from prometheus_client.metrics_core import Metric
 
+from loadgen.scenario.serve import Attention, GradMode, LoadIn
 from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
 from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
 from loadgen.servers.openai.protocol import (
@@ -43,8 +44,6 @@ from loadgen.servers.openai.protocol import (
     usage,
     whole_answer,
 )
-
-ATTENTION = ("sdpa", "eager", "flash_attention_2")
 
 
 @dataclass(slots=True)
@@ -435,10 +434,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = engine_parser("loadgen.servers.hfserve", __doc__ or "")
     parser.add_argument("--model", required=True, help="local path or hub id")
     parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
-    parser.add_argument("--attn-implementation", default="sdpa", choices=ATTENTION)
+    parser.add_argument("--attn-implementation", default="sdpa", choices=get_args(Attention))
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    parser.add_argument("--load-in", default=None, choices=("8bit", "4bit"), help="bitsandbytes weights (GPU)")
-    parser.add_argument("--grad-mode", default="inference_mode", choices=("inference_mode", "no_grad"))
+    parser.add_argument("--load-in", default=None, choices=get_args(LoadIn), help="bitsandbytes weights (GPU)")
+    parser.add_argument("--grad-mode", default="inference_mode", choices=get_args(GradMode))
     args = parser.parse_args(argv)
     if args.load_in is not None:
         import importlib.util
