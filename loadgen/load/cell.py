@@ -22,6 +22,7 @@ from loadgen.load.selfcheck import ClientMonitor
 from loadgen.load.sessions import SessionPool, SessionRunner, Turns
 from loadgen.load.target import unusable
 from loadgen.load.workers import resolve_workers, run_workers, worker_jobs
+from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import Scenario
@@ -114,7 +115,7 @@ async def measure_window(
     stop: asyncio.Event,
     started: Callable[[int | None], None],
     message: Callable[[str], None],
-    health: Callable[[dict[str, Any]], None],
+    health: Callable[[ClientReading], None],
 ) -> None:
     point = cell.point
     w, ld = point.workload, point.load
@@ -167,7 +168,7 @@ def quiet_gc() -> Iterator[None]:
 async def _shaped_window(
     client: StreamingClient, point: Scenario, cell: Cell, pool: RequestPool, seed: int,
     emit: Callable[[RequestRecord], None], stop: asyncio.Event, started: Callable[[int | None], None],
-    health: Callable[[dict[str, Any]], None],
+    health: Callable[[ClientReading], None],
 ) -> None:
     """Sessions, a trace, a ramp-up or stages, in this process."""
     w, ld = point.workload, point.load

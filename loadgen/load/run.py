@@ -41,6 +41,7 @@ from loadgen.load.serving import (
 from loadgen.load.target import model_context, refused_params, too_long
 from loadgen.results.cellstatus import CellStatus, EarlyStop, SearchProbe, ServerInfo
 from loadgen.results.provenance import Provenance
+from loadgen.results.readings import Reading, Scrape
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import (
     RECORDS,
@@ -373,18 +374,15 @@ class _Run:
     ) -> None:
         """One cell with its samples: GPU memory of the engine's processes, the server's /metrics,
         the client's health."""
-        def sampled(kind: str) -> Callable[[dict[str, Any]], None]:
-            def write(values: dict[str, Any]) -> None:
-                self.out.samples.write(cell.index, kind, values)
-                if watch is not None and kind == "metrics":
-                    watch.scrape(values)
-
-            return write
+        def sampled(values: Reading) -> None:
+            self.out.samples.write(cell.index, values)
+            if watch is not None and isinstance(values, Scrape):
+                watch.scrape(values)
 
         def started(total: int | None) -> None:
             self.obs.cell_started(cell, total, self.n_cells)
 
-        gpu = GpuSampler(server.proc.pid, sampled("gpu")) if server is not None and server.proc else None
+        gpu = GpuSampler(server.proc.pid, sampled) if server is not None and server.proc else None
 
         async def measured_window() -> None:
             await scraper.reset_peak()
@@ -392,17 +390,17 @@ class _Run:
                 gpu.start()
             # the first scrape is taken before any request is sent: counters over the cell
             # are last minus first, and a request that finished before it would go uncounted
-            await scraper.scrape_once(sampled("metrics"))
-            scraping = asyncio.create_task(scraper.run(sampled("metrics"), first_done=True))
+            await scraper.scrape_once(sampled)
+            scraping = asyncio.create_task(scraper.run(sampled, first_done=True))
             try:
                 await measure_window(
                     client, cell, pool, self.seed, emit, stop, started, self.obs.message,
-                    sampled("client"),
+                    sampled,
                 )
             finally:
                 scraping.cancel()
                 await asyncio.gather(scraping, return_exceptions=True)
-                await scraper.scrape_once(sampled("metrics"))
+                await scraper.scrape_once(sampled)
                 if gpu is not None:
                     gpu.stop()
 

@@ -8,13 +8,13 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 import psutil
 
 from loadgen.engines.registry import ENGINES
 from loadgen.errors import TargetError
+from loadgen.results.readings import GpuReading, Reading, Scrape
 from loadgen.results.samples import MetricNames, parse_metrics
 from loadgen.servers.gpus import nvml
 
@@ -27,7 +27,7 @@ def process_tree(pid: int) -> set[int]:
         return {pid}
 
 
-def gpu_sample(pids: set[int]) -> dict[str, Any] | None:
+def gpu_sample(pids: set[int]) -> GpuReading | None:
     """Memory held by ``pids`` on each GPU and each GPU's used memory, in bytes; None without NVML."""
     with nvml() as nv:
         if nv is None:
@@ -44,13 +44,13 @@ def gpu_sample(pids: set[int]) -> dict[str, Any] | None:
             mine = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid in pids)
             if mine:
                 held[str(i)] = mine
-        return {"held": held, "used": used}
+        return GpuReading(held, used)
 
 
 class GpuSampler:
     """A thread sampling GPU memory of a process tree every ``interval_s`` while a cell runs."""
 
-    def __init__(self, pid: int, emit: Callable[[dict[str, Any]], None], interval_s: float = 0.2) -> None:
+    def __init__(self, pid: int, emit: Callable[[Reading], None], interval_s: float = 0.2) -> None:
         self.pid, self.emit, self.interval_s = pid, emit, interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
@@ -101,7 +101,7 @@ class MetricsScraper:
     async def __aexit__(self, *exc: object) -> None:
         await self._http.aclose()
 
-    async def scrape(self) -> dict[str, Any] | None:
+    async def scrape(self) -> Scrape | None:
         if not self.enabled:
             return None
         try:
@@ -109,17 +109,17 @@ class MetricsScraper:
             values = parse_metrics(resp.text, KNOWN) if resp.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             values = None
-        if values is None or not any(values.values()):
+        if values is None or values.empty:
             self.enabled = False
             return None
-        self.has_peak = "engine_peak_allocated_bytes" in values["gauges"]
+        self.has_peak = "engine_peak_allocated_bytes" in values.gauges
         return values
 
-    async def scrape_once(self, emit: Callable[[dict[str, Any]], None]) -> None:
+    async def scrape_once(self, emit: Callable[[Reading], None]) -> None:
         if (values := await self.scrape()) is not None:
             emit(values)
 
-    async def run(self, emit: Callable[[dict[str, Any]], None], *, first_done: bool = False) -> None:
+    async def run(self, emit: Callable[[Reading], None], *, first_done: bool = False) -> None:
         """Scrape every ``interval_s``; ``first_done``: the caller already took the first scrape."""
         while self.enabled:
             if first_done:
@@ -135,7 +135,7 @@ class MetricsScraper:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while (values := await self.scrape()) is not None and loop.time() < deadline:
-            gauges = values["gauges"]
+            gauges = values.gauges
             if "running" not in gauges and "waiting" not in gauges:
                 return
             if gauges.get("running", 0) + gauges.get("waiting", 0) <= 0:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from loadgen.load.serving import group_cells, serve_key
 from loadgen.results.capacity import (
@@ -29,6 +29,7 @@ from loadgen.results.capacity import (
     slo_figures,
 )
 from loadgen.results.cellstatus import EarlyStop
+from loadgen.results.readings import Scrape
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.matrix import Cell, SearchLine
@@ -209,11 +210,11 @@ class ProbeWatch:
                                 f"more than {self.FAR:g} times its bound")
                 return
 
-    def scrape(self, values: dict[str, Any]) -> None:
+    def scrape(self, values: Scrape) -> None:
         """A /metrics sample: open loop, a queue that grew at each of the last scrapes stops the probe."""
         if not self.enabled or self.stopped is not None or not self.open_loop:
             return
-        waiting = (values.get("gauges") or {}).get("waiting")
+        waiting = values.gauges.get("waiting")
         if waiting is None:
             return
         self.waiting.append(float(waiting))

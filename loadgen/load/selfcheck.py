@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import psutil
 
+from loadgen.results.readings import ClientReading, Hog
+
 PROBE_EVERY_S = 0.010
 INTERVAL_S = 1.0
 # an interval whose loop lag p99 is over this while the client used under STARVED_SHARE of a
@@ -51,7 +53,7 @@ class HogSampler(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(name="hog-sampler", daemon=True)
-        self.result: list[dict[str, Any]] | None = None
+        self.result: tuple[Hog, ...] | None = None
 
     def run(self) -> None:
         cores = os.sched_getaffinity(0)
@@ -63,16 +65,14 @@ class HogSampler(threading.Thread):
             (round((cpu - before[pid][0]) / wall, 3), pid, name)
             for pid, (cpu, name) in after.items() if pid in before and pid != me
         ]
-        self.result = [
-            {"pid": pid, "name": name, "cpu_share": share}
-            for share, pid, name in sorted(used, reverse=True)[:3] if share > 0.05
-        ]
+        busiest = sorted(used, reverse=True)[:3]
+        self.result = tuple(Hog(pid, name, share) for share, pid, name in busiest if share > 0.05)
 
 
 class ClientMonitor:
-    """Samples one process's event loop and CPU; ``emit`` receives one dict per interval."""
+    """Samples one process's event loop and CPU; ``emit`` receives a reading per interval."""
 
-    def __init__(self, stats: Any, emit: Callable[[dict[str, Any]], None], worker: int = 0) -> None:
+    def __init__(self, stats: Any, emit: Callable[[ClientReading], None], worker: int = 0) -> None:
         self._stats = stats  # a client.ClientStats: reads, read_ns
         self._emit = emit
         self._worker = worker
@@ -112,19 +112,16 @@ class ClientMonitor:
     def _flush(self, now: float) -> None:
         cpu = time.process_time()
         s = self._stats
-        sample: dict[str, Any] = {
-            "worker": self._worker,
-            "wall_s": round(now - self._t, 6),
-            "cpu_s": round(cpu - self._cpu, 6),
-            "reads": s.reads - self._reads,
-            "read_ms": round((s.read_ns - self._read_ns) / 1e6, 3),
-            "loop_lag_ms": [round(x * 1e3, 3) for x in self._lags],
-        }
+        hogs = None
         if self._hogs is not None and not self._hogs.is_alive():
-            sample["hogs"] = self._hogs.result or []
+            hogs = self._hogs.result or ()
             self._hogs = None
-        share = sample["cpu_s"] / sample["wall_s"] if sample["wall_s"] > 0 else 0.0
-        lag_p99 = float(np.percentile(sample["loop_lag_ms"], 99)) if self._lags else 0.0
+        sample = ClientReading(
+            self._worker, round(now - self._t, 6), round(cpu - self._cpu, 6), s.reads - self._reads,
+            round((s.read_ns - self._read_ns) / 1e6, 3), tuple(round(x * 1e3, 3) for x in self._lags), hogs,
+        )
+        share = sample.cpu_s / sample.wall_s if sample.wall_s > 0 else 0.0
+        lag_p99 = float(np.percentile(sample.loop_lag_ms, 99)) if self._lags else 0.0
         if lag_p99 > STARVED_LAG_MS and share < STARVED_SHARE and self._hogs is None:
             self._hogs = HogSampler()  # who holds the core: named in the next sample
             self._hogs.start()

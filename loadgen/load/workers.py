@@ -29,6 +29,7 @@ from loadgen.load.client import ClientConfig, StreamingClient
 from loadgen.load.dispatch import LoadPlan, Requests, run_load
 from loadgen.load.schedule import Arrivals, concurrency_shares
 from loadgen.load.selfcheck import ClientMonitor
+from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
 
 # messages on a worker's pipe: a one-byte tag, then the payload
@@ -95,7 +96,10 @@ async def _worker(job: WorkerJob, conn: Connection) -> None:
         await client.open_connections(job.concurrency or 0)
         conn.send_bytes(_READY)
         start_ns = await started
-        monitor = ClientMonitor(client.stats, lambda v: conn.send_bytes(_HEALTH + orjson.dumps(v)), job.worker)
+        def health(v: ClientReading) -> None:
+            conn.send_bytes(_HEALTH + orjson.dumps(v.to_dict()))
+
+        monitor = ClientMonitor(client.stats, health, job.worker)
         if start_ns and not stop.is_set():
             plan = LoadPlan(job.pool, job.arrivals.offsets(), job.count, job.concurrency, job.duration_s)
             monitor.start()
@@ -112,7 +116,7 @@ async def run_workers(
     jobs: list[WorkerJob],
     *,
     emit: Callable[[RequestRecord], None],
-    health: Callable[[dict[str, Any]], None],
+    health: Callable[[ClientReading], None],
     stop: asyncio.Event,
     message: Callable[[str], None],
 ) -> None:
@@ -134,7 +138,7 @@ async def run_workers(
                 if tag == _RECORD:
                     emit(RequestRecord.from_dict(orjson.loads(msg[1:])))
                 elif tag == _HEALTH:
-                    health(orjson.loads(msg[1:]))
+                    health(ClientReading.from_dict(orjson.loads(msg[1:])))
                 elif tag == _READY:
                     ready += 1
                     if ready == len(jobs) and not all_ready.done():

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 
+from loadgen.results.readings import ClientReading, Hog
 from loadgen.results.records import RequestRecord
 from loadgen.results.samples import Sample
 
@@ -22,15 +22,6 @@ SEND_LAG_P99_MS = 5.0
 CPU_SHARE = 0.90
 # a lagging loop while the client used less than this share of a core: starved, not saturated
 STARVED_SHARE = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class Hog:
-    """A process seen on the client's cores while it was starved."""
-
-    pid: int
-    name: str
-    cpu_share: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +50,7 @@ class ClientHealth:
     reasons: tuple[str, ...]
     advice: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["hogs"], out["reasons"] = [asdict(h) for h in self.hogs], list(self.reasons)
         out["thresholds"] = {"loop_lag_p99_ms": LOOP_LAG_P99_MS, "send_lag_p99_ms": SEND_LAG_P99_MS,
@@ -76,7 +67,7 @@ class ClientHealth:
 
         return cls(
             verdict=str(data.get("verdict") or ("lagging" if data.get("client_bound") else "ok")),
-            hogs=tuple(Hog(int(h["pid"]), str(h["name"]), float(h["cpu_share"])) for h in data.get("hogs") or ()),
+            hogs=tuple(Hog.from_dict(h) for h in data.get("hogs") or ()),
             workers=int(data.get("workers", 1)), loop_lag_ms=spread(data.get("loop_lag_ms")),
             send_lag_ms=spread(data.get("send_lag_ms")), cpu_s=float(data.get("cpu_s", 0.0)),
             cpu_share_max=float(data.get("cpu_share_max", 0.0)), reads=int(data.get("reads", 0)),
@@ -85,12 +76,11 @@ class ClientHealth:
         )
 
 
-def _hogs(samples: list[dict[str, Any]]) -> tuple[Hog, ...]:
+def _hogs(readings: list[ClientReading]) -> tuple[Hog, ...]:
     """The processes seen on the client's cores while it was starved, busiest first."""
     seen: dict[int, Hog] = {}
-    for s in samples:
-        for h in s.get("hogs") or ():
-            hog = Hog(int(h["pid"]), str(h["name"]), float(h["cpu_share"]))
+    for s in readings:
+        for hog in s.hogs or ():
             if hog.pid not in seen or hog.cpu_share > seen[hog.pid].cpu_share:
                 seen[hog.pid] = hog
     return tuple(sorted(seen.values(), key=lambda h: -h.cpu_share)[:3])
@@ -107,20 +97,20 @@ def client_health(
     samples: list[Sample], records: list[RequestRecord], rate_driven: bool
 ) -> ClientHealth | None:
     """The cell's verdict from its ``client`` samples (``probes.jsonl``); None when nothing was sampled."""
-    values = [s.values for s in samples]
+    values = [s.values for s in samples if isinstance(s.values, ClientReading)]
     if not values:
         return None
-    lags = [x for s in values for x in s["loop_lag_ms"]]
+    lags = [x for s in values for x in s.loop_lag_ms]
     per_worker: dict[int, list[float]] = {}
     for s in values:
-        acc = per_worker.setdefault(int(s.get("worker", 0)), [0.0, 0.0])
-        acc[0] += s["cpu_s"]
-        acc[1] += s["wall_s"]
+        acc = per_worker.setdefault(s.worker, [0.0, 0.0])
+        acc[0] += s.cpu_s
+        acc[1] += s.wall_s
     workers = len(per_worker)
     cpu_s = sum(c for c, _ in per_worker.values())
     share = max((c / w for c, w in per_worker.values() if w > 0), default=0.0)
-    reads = sum(s["reads"] for s in values)
-    read_ms = sum(s["read_ms"] for s in values)
+    reads = sum(s.reads for s in values)
+    read_ms = sum(s.read_ms for s in values)
     send = None
     if rate_driven:
         measured = [r for r in records if not r.warmup and r.sent_at is not None]

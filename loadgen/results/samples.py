@@ -20,14 +20,14 @@ import math
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from loadgen.errors import RunDirError
+from loadgen.results.readings import GpuReading, Histogram, Reading, Scrape, kind_of, reading
 
 SAMPLES = "probes.jsonl"  # the samples file's name in a run directory
 GIB = float(1 << 30)
@@ -71,11 +71,9 @@ class MetricNames:
 _LE = re.compile(r'le="([^"]*)"')
 
 
-def parse_metrics(text: str, known: MetricNames) -> dict[str, Any]:
-    """The metrics of ``known`` from a Prometheus text page, each summed over its label sets.
-
-    Returns ``{"gauges": {name: v}, "counters": {name: v}, "histograms": {name: {"buckets":
-    [[le, cumulative count], ...], "sum": s, "count": n}}}`` keyed by loadgen's names.
+def parse_metrics(text: str, known: MetricNames) -> Scrape:
+    """The metrics of ``known`` from a Prometheus text page, each summed over its label sets,
+    by loadgen's names.
 
     It runs on the client's event loop once a second while a cell is measured, and an engine's
     page runs to hundreds of lines: so it reads only the samples of the families it knows,
@@ -109,34 +107,27 @@ def parse_metrics(text: str, known: MetricNames) -> dict[str, Any]:
     def first(names: tuple[str, ...], suffix: str = "") -> float | None:
         return next((values[n + suffix] for n in names if n + suffix in values), None)
 
-    out: dict[str, Any] = {"gauges": {}, "counters": {}, "histograms": {}}
+    out = Scrape()
     table = known.names
     for key in GAUGES:
         if (v := first(table.get(key, ()))) is not None:
-            out["gauges"][key] = v
+            out.gauges[key] = v
     for key in COUNTERS:
         names = table.get(key, ())
         v = first(names, "_total") if first(names, "_total") is not None else first(names)
         if v is not None:
-            out["counters"][key] = v
+            out.counters[key] = v
     for key in HISTOGRAMS:
         names = table.get(key, ())
         hist = next((n for n in names if n in buckets), None)
         if hist is not None:
-            out["histograms"][key] = {
-                "buckets": sorted(buckets[hist].items()),
-                "sum": values.get(hist + "_sum", 0.0),
-                "count": values.get(hist + "_count", 0.0),
-            }
+            out.histograms[key] = Histogram(
+                tuple(sorted(buckets[hist].items())), values.get(hist + "_sum", 0.0), values.get(hist + "_count", 0.0)
+            )
     return out
 
 
-def _le(le: float | None) -> float:
-    """A bucket bound read back from JSON, where +Inf was written as null."""
-    return math.inf if le is None else float(le)
-
-
-def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
     """Prometheus' ``histogram_quantile``: linear interpolation inside the bucket holding q."""
     if not buckets or buckets[-1][1] <= 0:
         return None
@@ -156,17 +147,19 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One line of ``probes.jsonl``: a cell's sample of one kind, at a wall-clock time."""
+    """One line of ``probes.jsonl``: what a cell's sample read, at a wall-clock time."""
 
     cell: int
-    kind: str  # metrics | gpu | client (the line's "probe")
     wall: float
-    # the kind's own fields: parse_metrics' output; NVML's held and used bytes per GPU; the
-    # client self-check's figures
-    values: dict[str, Any]
+    values: Reading
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"cell": self.cell, "probe": self.kind, "wall": self.wall, "values": self.values}
+    @property
+    def kind(self) -> str:
+        """metrics | gpu | client (the line's "probe")."""
+        return kind_of(self.values)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"cell": self.cell, "probe": self.kind, "wall": self.wall, "values": self.values.to_dict()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +187,7 @@ class ServerMetrics:
     counters: dict[str, float]
     histograms: dict[str, HistogramSummary]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "scrapes": self.scrapes, **{k: asdict(v) for k, v in self.gauges.items()}, **self.counters,
             **{k: asdict(v) for k, v in self.histograms.items()},
@@ -222,7 +215,7 @@ class GpuMemory:
     peak_gib_per_gpu: dict[str, float] | None = None
     peak_gib_total: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
@@ -236,43 +229,45 @@ class GpuMemory:
 def summarize_server_metrics(samples: list[Sample]) -> ServerMetrics | None:
     """One cell's server-side view from its scrapes: gauge peaks and means, counter and histogram
     increases over the cell (last scrape minus first)."""
-    if not samples:
+    scrapes = [s.values for s in samples if isinstance(s.values, Scrape)]
+    if not scrapes:
         return None
-    first, last = samples[0].values, samples[-1].values
+    first, last = scrapes[0], scrapes[-1]
     gauges: dict[str, GaugeSummary] = {}
     counters: dict[str, float] = {}
     histograms: dict[str, HistogramSummary] = {}
     for key in GAUGES:
-        seen = [s.values["gauges"][key] for s in samples if key in s.values["gauges"]]
+        seen = [s.gauges[key] for s in scrapes if key in s.gauges]
         if seen:
             gauges[key] = GaugeSummary(max(seen), sum(seen) / len(seen))
     for key in COUNTERS:
-        if key in first["counters"] and key in last["counters"]:
-            counters[key] = last["counters"][key] - first["counters"][key]
+        if key in first.counters and key in last.counters:
+            counters[key] = last.counters[key] - first.counters[key]
     for key in HISTOGRAMS:
-        a, b = first["histograms"].get(key), last["histograms"].get(key)
+        a, b = first.histograms.get(key), last.histograms.get(key)
         if a is None or b is None:
             continue
-        before = {_le(le): c for le, c in a["buckets"]}
-        delta = [(_le(le), c - before.get(_le(le), 0.0)) for le, c in b["buckets"]]
-        n = b["count"] - a["count"]
+        before = dict(a.buckets)
+        delta = [(le, c - before.get(le, 0.0)) for le, c in b.buckets]
+        n = b.count - a.count
         if n <= 0:
             continue
         histograms[key] = HistogramSummary(
-            n, (b["sum"] - a["sum"]) / n, histogram_quantile(0.5, delta), histogram_quantile(0.9, delta),
+            n, (b.sum - a.sum) / n, histogram_quantile(0.5, delta), histogram_quantile(0.9, delta),
             histogram_quantile(0.99, delta),
         )
-    return ServerMetrics(len(samples), gauges, counters, histograms)
+    return ServerMetrics(len(scrapes), gauges, counters, histograms)
 
 
 def summarize_gpu(samples: list[Sample], reason: str | None = None) -> GpuMemory:
     """Peak GiB the engine held per GPU and in total (the peak of the per-sample sum)."""
-    if not samples:
+    readings = [s.values for s in samples if isinstance(s.values, GpuReading)]
+    if not readings:
         return GpuMemory(False, reason or "no GPU samples")
     per: dict[str, float] = {}
     total = 0.0
-    for s in samples:
-        held = s.values["held"]
+    for r in readings:
+        held = r.held
         for gpu, b in held.items():
             per[gpu] = max(per.get(gpu, 0.0), b / GIB)
         total = max(total, sum(held.values()) / GIB)
@@ -287,13 +282,13 @@ class SampleLog:
         self._lock = threading.Lock()
         self._by_cell: dict[int, dict[str, list[Sample]]] = {}
 
-    def write(self, cell: int, kind: str, values: dict[str, Any]) -> None:
-        sample = Sample(cell, kind, time.time(), values)
+    def write(self, cell: int, values: Reading) -> None:
+        sample = Sample(cell, time.time(), values)
         line = orjson.dumps(sample.to_dict()) + b"\n"
         with self._lock:
             self._file.write(line)
             self._file.flush()
-            self._by_cell.setdefault(cell, {}).setdefault(kind, []).append(sample)
+            self._by_cell.setdefault(cell, {}).setdefault(sample.kind, []).append(sample)
 
     def samples(self, cell: int) -> dict[str, list[Sample]]:
         """What this log wrote for ``cell`` (the lines ``read_samples`` gives back), without reading the file."""
@@ -315,7 +310,7 @@ def read_samples(path: Path) -> dict[int, dict[str, list[Sample]]]:
                 break
             try:
                 s = orjson.loads(line)
-                sample = Sample(int(s["cell"]), str(s["probe"]), float(s.get("wall") or 0.0), dict(s["values"]))
+                sample = Sample(int(s["cell"]), float(s.get("wall") or 0.0), reading(str(s["probe"]), s["values"]))
                 out.setdefault(sample.cell, {}).setdefault(sample.kind, []).append(sample)
             except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
                 raise RunDirError(f"{path}: line {n} is not a sample ({exc})") from None

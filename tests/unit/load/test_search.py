@@ -8,6 +8,7 @@ from loadgen.errors import ScenarioError, UsageError
 from loadgen.load.search import Numbering, ProbeWatch, SearchQueue, resumed_results
 from loadgen.results.cellstatus import EarlyStop, ServerInfo
 from loadgen.results.probe import ProbeResult
+from loadgen.results.readings import Scrape
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import expand_cells, search_lines
@@ -76,7 +77,7 @@ def test_a_running_figure_far_over_stops_a_probe_of_unknown_length() -> None:
 def test_a_growing_server_queue_stops_an_open_loop_probe() -> None:
     def scrapes(w: ProbeWatch, waiting: list[float]) -> None:
         for n in waiting:
-            w.scrape({"gauges": {"waiting": n, "running": 8}})
+            w.scrape(Scrape(gauges={"waiting": n, "running": 8}))
 
     w, stops = watch(None, open_loop=True, ttft_ms={"p99": 300})
     scrapes(w, [0, 2, 2, 5, 9])  # flat once, then grew three times: 2 -> 5 -> 9 is not yet 3 rises

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from loadgen.results.clienthealth import client_health
+from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
 from loadgen.results.samples import Sample
 
 
 def sample(worker: int, cpu: float, wall: float, lags: list[float], reads: int = 10, read_ms: float = 1.0) -> Sample:
-    values = {"worker": worker, "cpu_s": cpu, "wall_s": wall, "reads": reads, "read_ms": read_ms, "loop_lag_ms": lags}
-    return Sample(0, "client", 0.0, values)
+    return Sample(0, 0.0, ClientReading(worker, wall, cpu, reads, read_ms, tuple(lags)))
 
 
 def rec(i: int, scheduled: float, sent: float) -> RequestRecord:

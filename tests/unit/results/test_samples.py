@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from loadgen.load.sampling import KNOWN
+from loadgen.results.readings import GpuReading
 from loadgen.results.samples import (
     Sample,
     histogram_quantile,
@@ -31,9 +32,9 @@ vllm:time_to_first_token_seconds_count{{model_name="m"}} {b2}
 def test_parse_and_summarise_a_cell() -> None:
     a = parse_metrics(PAGE.format(running=0, kv=0.0, pre=2, b1=1, b2=1, s=0.05), KNOWN)
     b = parse_metrics(PAGE.format(running=4, kv=0.25, pre=5, b1=3, b2=5, s=1.25), KNOWN)
-    assert a["gauges"] == {"running": 0.0, "kv_cache_usage": 0.0}
-    assert b["counters"]["preemptions"] == 5.0
-    typed = summarize_server_metrics([Sample(0, "metrics", 0.0, a), Sample(0, "metrics", 1.0, b)])
+    assert a.gauges == {"running": 0.0, "kv_cache_usage": 0.0}
+    assert b.counters["preemptions"] == 5.0
+    typed = summarize_server_metrics([Sample(0, 0.0, a), Sample(0, 1.0, b)])
     assert typed is not None
     assert typed.gauges["running"].max == 4.0
     summary = typed.to_dict()  # as summary.json holds it
@@ -57,8 +58,8 @@ def test_histogram_quantile_in_the_open_bucket_is_its_lower_bound() -> None:
 def test_gpu_summary_peaks_per_gpu_and_in_total() -> None:
     gib = 1 << 30
     samples = [
-        Sample(0, "gpu", 0.0, {"held": {"0": 2 * gib, "1": 1 * gib}}),
-        Sample(0, "gpu", 0.2, {"held": {"0": 1 * gib, "1": 3 * gib}}),
+        Sample(0, 0.0, GpuReading({"0": 2 * gib, "1": 1 * gib})),
+        Sample(0, 0.2, GpuReading({"0": 1 * gib, "1": 3 * gib})),
     ]
     s = summarize_gpu(samples)
     assert s.peak_gib_per_gpu == {"0": 2.0, "1": 3.0}
@@ -82,11 +83,11 @@ def test_reading_only_known_families_agrees_with_prometheus_own_parser() -> None
             if not s.name.endswith("_bucket"):
                 samples[s.name] = samples.get(s.name, 0.0) + s.value
     got = parse_metrics(text, KNOWN)
-    assert got["counters"]["prefix_cache_queries"] == samples["vllm:prefix_cache_queries_total"] == 18496
-    assert got["counters"]["prefix_cache_hits"] == samples["vllm:prefix_cache_hits_total"] == 0
-    assert got["counters"]["prompt_tokens"] == samples["vllm:prompt_tokens_total"]
-    assert got["gauges"]["kv_cache_usage"] == samples["vllm:kv_cache_usage_perc"]
-    ttft = got["histograms"]["ttft_s"]
-    assert ttft["count"] == samples["vllm:time_to_first_token_seconds_count"] == 38
-    assert ttft["sum"] == samples["vllm:time_to_first_token_seconds_sum"]
-    assert ttft["buckets"][-1] == (float("inf"), 38.0)
+    assert got.counters["prefix_cache_queries"] == samples["vllm:prefix_cache_queries_total"] == 18496
+    assert got.counters["prefix_cache_hits"] == samples["vllm:prefix_cache_hits_total"] == 0
+    assert got.counters["prompt_tokens"] == samples["vllm:prompt_tokens_total"]
+    assert got.gauges["kv_cache_usage"] == samples["vllm:kv_cache_usage_perc"]
+    ttft = got.histograms["ttft_s"]
+    assert ttft.count == samples["vllm:time_to_first_token_seconds_count"] == 38
+    assert ttft.sum == samples["vllm:time_to_first_token_seconds_sum"]
+    assert ttft.buckets[-1] == (float("inf"), 38.0)

@@ -1,0 +1,128 @@
+"""What one sample beside the load reads, by kind: a scrape of the server's ``/metrics``
+(``Scrape``), the GPU memory of the engine's processes (``GpuReading``), and the client's own
+figures over an interval (``ClientReading``). Each is the ``values`` of a ``probes.jsonl`` line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+METRICS, GPU, CLIENT = "metrics", "gpu", "client"  # the kinds, as a line's "probe" names them
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A Prometheus histogram summed over its label sets: cumulative counts by upper bound
+    (+Inf last), its sum and its count."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """One scrape of a server's ``/metrics``, by loadgen's metric names."""
+
+    gauges: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.gauges or self.counters or self.histograms)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "gauges": self.gauges, "counters": self.counters,
+            "histograms": {k: {"buckets": [list(b) for b in h.buckets], "sum": h.sum, "count": h.count}
+                           for k, h in self.histograms.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scrape:
+        def le(bound: float | None) -> float:  # +Inf was written as null
+            return math.inf if bound is None else float(bound)
+
+        return cls(
+            {k: float(v) for k, v in (data.get("gauges") or {}).items()},
+            {k: float(v) for k, v in (data.get("counters") or {}).items()},
+            {k: Histogram(tuple((le(b), float(c)) for b, c in h["buckets"]), float(h["sum"]), float(h["count"]))
+             for k, h in (data.get("histograms") or {}).items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """Bytes the engine's process tree held on each GPU, and each GPU's used bytes (by index)."""
+
+    held: dict[str, int]
+    used: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"held": self.held, "used": self.used}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuReading:
+        return cls({k: int(v) for k, v in data["held"].items()},
+                   {k: int(v) for k, v in (data.get("used") or {}).items()})
+
+
+@dataclass(frozen=True, slots=True)
+class Hog:
+    """A process seen on the client's cores while it was starved."""
+
+    pid: int
+    name: str
+    cpu_share: float
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Hog:
+        return cls(int(data["pid"]), str(data["name"]), float(data["cpu_share"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ClientReading:
+    """One client process over an interval: its wall and CPU seconds, the socket reads it made
+    and their time, how late its event loop ran each probe, and, when it was starved, the
+    processes that held its cores."""
+
+    worker: int
+    wall_s: float
+    cpu_s: float
+    reads: int
+    read_ms: float
+    loop_lag_ms: tuple[float, ...]
+    hogs: tuple[Hog, ...] | None = None  # only in the sample after a starved one
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        if self.hogs is None:
+            del out["hogs"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClientReading:
+        hogs = data.get("hogs")
+        return cls(
+            int(data.get("worker", 0)), float(data["wall_s"]), float(data["cpu_s"]), int(data.get("reads", 0)),
+            float(data.get("read_ms", 0.0)), tuple(float(x) for x in data.get("loop_lag_ms") or ()),
+            None if hogs is None else tuple(Hog.from_dict(h) for h in hogs),
+        )
+
+
+Reading = Scrape | GpuReading | ClientReading
+_KINDS: dict[str, type[Scrape] | type[GpuReading] | type[ClientReading]] = {
+    METRICS: Scrape, GPU: GpuReading, CLIENT: ClientReading,
+}
+
+
+def kind_of(reading: Reading) -> str:
+    return METRICS if isinstance(reading, Scrape) else GPU if isinstance(reading, GpuReading) else CLIENT
+
+
+def reading(kind: str, data: dict[str, Any]) -> Reading:
+    """A line's ``values`` read back by its kind (KeyError for a kind loadgen never writes)."""
+    return _KINDS[kind].from_dict(data)
