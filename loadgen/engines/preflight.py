@@ -13,7 +13,6 @@ import json
 import shutil
 import sys
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 
@@ -22,6 +21,7 @@ from loadgen.engines.catalogue import resolve_model
 from loadgen.engines.registry import SIM, engine_named
 from loadgen.engines.spec import EngineSpec
 from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, UsageError
+from loadgen.results.provenance import EngineSays, LaunchRecord
 from loadgen.scenario.matrix import points
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.launch import LaunchSpec, check_port, shell_line
@@ -33,20 +33,19 @@ def _stderr(line: str) -> None:
 
 def prepare(
     spec: EngineSpec, launch: LaunchSpec, *, force: bool = False, echo: Callable[[str], None] = _stderr,
-) -> dict[str, Any]:
+) -> LaunchRecord:
     """Everything checked (and converted) before launch; returns the engine's provenance so far."""
-    info: dict[str, Any] = {
-        "backend": spec.backend, "device": spec.device, "model": spec.model.checkpoint,
-        "served_model_name": spec.served_name, "quant": spec.model.quant, "setting": spec.setting.name,
-        "tp": spec.tp, "pp": spec.pp, "argv": list(launch.argv), "env": launch.env, "command": shell_line(launch),
-    }
+    info = LaunchRecord(
+        spec.backend, list(launch.argv), shell_line(launch), dict(launch.env), spec.device, spec.model.checkpoint,
+        spec.served_name, spec.model.quant, spec.setting.name, spec.tp, spec.pp,
+    )
     check_port(launch)  # first: cheaper and clearer than any GPU check
     # GPUs before the program: on a machine without any, that is the reason it cannot run
     if spec.device == "cuda":
         from loadgen.servers.gpus import check_gpus, gpu_count
 
         try:
-            info["gpus"] = [g.as_dict() for g in check_gpus(spec.gpus, force=force)]
+            info.gpus = [g.as_dict() for g in check_gpus(spec.gpus, force=force)]
         except LaunchError as exc:
             if not gpu_count():  # no GPU at all: the engine cannot run here
                 raise EngineUnavailable(str(exc), exc.log_tail) from exc
@@ -79,7 +78,7 @@ def prepare_container(spec: EngineSpec, launch: LaunchSpec, runtime: str, *, for
         check_gpus(spec.gpus, force=force)
 
 
-def engine_info(base_url: str) -> dict[str, Any]:
+def engine_info(base_url: str) -> EngineSays:
     """What the ready engine says about itself: ``/version`` (vLLM, SGLang, loadgen's engines),
     ``/info`` (TGI), ``/props`` (llama.cpp); the first that answers."""
     root = base_url.removesuffix("/v1")
@@ -95,7 +94,9 @@ def engine_info(base_url: str) -> dict[str, Any]:
                 except json.JSONDecodeError:
                     continue
                 if isinstance(body, dict):
-                    return {"endpoint": path, **{k: v for k, v in body.items() if not isinstance(v, (dict, list))}}
+                    says: EngineSays = {"endpoint": path}
+                    says.update((str(k), v) for k, v in body.items() if v is None or isinstance(v, str | int | float))
+                    return says
     return {}
 
 

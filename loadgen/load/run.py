@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from loadgen.engines.preflight import check_models
 from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, TargetError, UsageError
@@ -40,7 +39,7 @@ from loadgen.load.serving import (
 )
 from loadgen.load.target import model_context, refused_params, too_long
 from loadgen.results.cellstatus import CellStatus, EarlyStop, SearchProbe, ServerInfo
-from loadgen.results.provenance import Provenance
+from loadgen.results.provenance import LaunchRecord, Provenance
 from loadgen.results.readings import Reading, Scrape
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import (
@@ -230,7 +229,7 @@ class _Run:
         or the engine dies in one (the rest then get a fresh engine: call again)."""
         server: LaunchedServer | None = None
         point = todo.point
-        info: dict[str, Any] = {}
+        info: LaunchRecord | None = None
         url = base_url
         cores = usable_cores()
         if url is None:
@@ -250,7 +249,7 @@ class _Run:
                 status = "skipped" if skip else "failed"
                 reason = str(exc) if skip or isinstance(exc, UsageError) else f"engine did not start: {exc}"
                 while (cell := todo.take()) is not None:
-                    self.finish_cell(cell, [], status, reason, describe_server(point, {}))
+                    self.finish_cell(cell, [], status, reason, describe_server(point, None))
                     todo.finished(cell, self.entries[cell.index])
                 return
         try:
@@ -264,7 +263,7 @@ class _Run:
                 server.stop()
 
     async def _run_cells(
-        self, todo: CellQueue, base_url: str, server: LaunchedServer | None, info: dict[str, Any]
+        self, todo: CellQueue, base_url: str, server: LaunchedServer | None, info: LaunchRecord | None
     ) -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()

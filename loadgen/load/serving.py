@@ -20,7 +20,7 @@ from loadgen.engines.registry import SIM, backend_of, engine_named
 from loadgen.engines.spec import EngineSpec
 from loadgen.errors import UsageError
 from loadgen.results.cellstatus import ServerInfo, SettingValues
-from loadgen.results.provenance import Provenance
+from loadgen.results.provenance import LaunchRecord, Placement, Provenance
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import RunDirWriter
 from loadgen.scenario.matrix import Cell
@@ -56,10 +56,11 @@ def engine_spec(point: Scenario, cpus: tuple[int, ...] = ()) -> EngineSpec:
     unlimited = len(sweep) < len(point.load.concurrency)
     if (search := point.load.search) is not None and search.by == "concurrency":
         sweep, unlimited = [int(search.max)], False
-    update: dict[str, Any] = {"port": serve.port or free_port(serve.host)}
-    if serve.slots is None and "slots" in engine_named(serve.backend).options:
-        update["slots"] = max([*sweep, point.workload.num_prompts if unlimited else 1])
-    return build_spec(serve.model_copy(update=update), cpus)
+    port = serve.port or free_port(serve.host)
+    slots = serve.slots
+    if slots is None and "slots" in engine_named(serve.backend).options:
+        slots = max([*sweep, point.workload.num_prompts if unlimited else 1])
+    return build_spec(serve.model_copy(update={"port": port, "slots": slots}), cpus)
 
 
 def spec_summary(spec: EngineSpec) -> ServerInfo:
@@ -77,7 +78,7 @@ def spec_summary(spec: EngineSpec) -> ServerInfo:
 def launch_target(
     point: Scenario, log_path: Path, provenance: Provenance, out: RunDirWriter, message: Callable[[str], None],
     cpus: tuple[int, ...] = (),
-) -> tuple[LaunchedServer, str, dict[str, Any]]:
+) -> tuple[LaunchedServer, str, LaunchRecord]:
     """Start the simulator or engine of a point's ``serve:`` block, logging to ``log_path``;
     ``cpus``: the cores it gets when it runs on CPU here (the simulator always does). What is
     launched goes into provenance as soon as it is known (the command, then the process id, then
@@ -85,7 +86,7 @@ def launch_target(
     assert point.serve is not None
     if point.serve.backend == SIM:
         launch = replace(sim_spec(point.serve), cpus=cpus)
-        info: dict[str, Any] = {"backend": SIM, "argv": list(launch.argv)}
+        info = LaunchRecord(SIM, list(launch.argv))
     else:
         spec = engine_spec(point, cpus)
         launch = launch_spec(spec)
@@ -95,8 +96,8 @@ def launch_target(
             # what the engine needs to serve POST /reset_prefix_cache
             launch = replace(launch, env={**launch.env, **engine_named(spec.backend).reset_cache_env})
         info = prepare(spec, launch, force=point.serve.force)
-        info["spec"] = spec_summary(spec).to_dict()
-    info["log"] = log_path.name
+        info.spec = spec_summary(spec)
+    info.log = log_path.name
     provenance.launched(info)
     out.write_provenance(provenance)
     server = LaunchedServer(launch, log_path)
@@ -104,34 +105,34 @@ def launch_target(
     t = time.monotonic()
 
     def spawned(pid: int) -> None:  # on record before readiness, so that no engine goes untraced
-        info["pid"] = pid
+        info.pid = pid
         out.write_provenance(provenance)
 
     base_url = server.start(on_spawn=spawned)
-    info["ready_s"] = round(time.monotonic() - t, 3)
+    info.ready_s = round(time.monotonic() - t, 3)
     if launch.name != SIM:
-        info["engine"] = engine_info(base_url)
+        info.engine = engine_info(base_url)
     out.write_provenance(provenance)
-    message(f"{launch.name} ready at {base_url} in {info['ready_s']:.1f} s (log: {log_path})")
+    message(f"{launch.name} ready at {base_url} in {info.ready_s:.1f} s (log: {log_path})")
     return server, base_url, info
 
 
-def describe_server(point: Scenario, info: dict[str, Any]) -> ServerInfo:
+def describe_server(point: Scenario, info: LaunchRecord | None) -> ServerInfo:
     """What a table needs to know of a cell's server: engine, model, quantization, GPUs, setting
-    (``info``: what the launch recorded of it, in provenance)."""
+    (``info``: what the launch recorded of it, in provenance; None: no launch)."""
     serve = point.serve
     if serve is None:
         url = point.target.base_url
         return ServerInfo(base_url=url and redact_url(url), quant=point.target.quant)
-    version = (info.get("engine") or {}).get("version")
-    if info.get("spec"):
-        return replace(ServerInfo.from_dict(info["spec"]), version=version or None)
+    version = info.version if info is not None else None
+    if info is not None and info.spec is not None:
+        return replace(info.spec, version=version)
     return ServerInfo(
         # an engine's spec says its dtype or quantization; the simulator has none unless declared
         backend=backend_of(serve.backend), launched=True, model=serve.model,
         quant=serve.quant or point.target.quant or (None if serve.backend == SIM else "bf16"),
         setting=serve.setting, tp=serve.tp or 1, attn=serve.attn, load_in=serve.load_in,
-        grad_mode=serve.grad_mode, version=version or None,
+        grad_mode=serve.grad_mode, version=version,
     )
 
 
@@ -180,7 +181,7 @@ def is_local(url: str) -> bool:
 
 def place_client(
     point: Scenario, base_url: str, launched: LaunchedServer | None, message: Callable[[str], None]
-) -> dict[str, Any] | None:
+) -> Placement | None:
     """Pin this process (and the worker processes it will start) away from the engine's cores:
     those loadgen gave an engine it launched, or those of the process listening on a local
     ``base_url``; ``load.client_cpus`` as given wins. Returns what was decided, for provenance
@@ -213,4 +214,4 @@ def place_client(
         return None
     pin(0, client)
     message(f"cores: engine {cores_text(engine) if engine else '-'} | client {cores_text(client)}")
-    return {"engine": list(engine), "client": list(client), "how": how or "load.client_cpus"}
+    return Placement(engine, client, how or "load.client_cpus")

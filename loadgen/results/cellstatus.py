@@ -45,7 +45,7 @@ class ServerInfo:
     base_url: str | None = None  # a given server's URL (credentials removed)
     owned_by: str | None = None  # a given server: the owner its /v1/models names
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["gpus"] = list(self.gpus)
         return out
@@ -96,8 +96,8 @@ class CellStatus:
     template_tokens: float | None = None
     cache_reset: str | None = None  # how the engine's prefix cache was emptied before the cell
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"cell": self.cell, "status": self.status}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"cell": self.cell, "status": self.status}
         if self.status not in ("started", "set-aside"):
             out["reason"] = self.reason
             out["server"] = (self.server or ServerInfo()).to_dict()

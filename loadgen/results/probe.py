@@ -30,7 +30,7 @@ class ProbeResult:
     stopped_early: EarlyStop | None
     goodput: float | None  # requests/s meeting every per-request bound
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["broken"] = list(self.broken)
         return out
@@ -95,7 +95,7 @@ class CapacityAnswer:
     answer: str  # in words
     probes: tuple[ProbeRow, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["limiting_slo"] = list(self.limiting_slo)
         out["probes"] = [{**asdict(p), "broken": list(p.broken)} for p in self.probes]

@@ -10,10 +10,12 @@ import platform
 import socket
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from loadgen import __version__
+from loadgen.results.cellstatus import ServerInfo
 from loadgen.scenario.redact import redact_argv
 from loadgen.scenario.schema import Scenario
 
@@ -22,11 +24,61 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+# what an engine says of itself (its /version, /info or /props answer, scalars only): its keys are its own
+EngineSays = dict[str, str | int | float | bool | None]
+
+
+@dataclass
+class LaunchRecord:
+    """An engine (or the simulator) loadgen launched (``provenance.json: server``, and each of
+    ``servers``), filled in as the launch goes on: the command, the process id, readiness and
+    what the engine says of itself."""
+
+    backend: str
+    argv: list[str]
+    command: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    device: str | None = None
+    model: str | None = None
+    served_model_name: str | None = None
+    quant: str | None = None
+    setting: str | None = None
+    tp: int | None = None
+    pp: int | None = None
+    gpus: list[dict[str, object]] | None = None  # each GPU checked before launch, as NVML describes it
+    spec: ServerInfo | None = None  # the resolved configuration, as the tables show it
+    log: str | None = None
+    pid: int | None = None
+    ready_s: float | None = None
+    engine: EngineSays | None = None
+
+    @property
+    def version(self) -> str | None:
+        version = (self.engine or {}).get("version")
+        return str(version) if version else None
+
+    def to_dict(self) -> dict[str, object]:
+        out = {k: v for k, v in asdict(self).items() if v is not None and k != "spec"}
+        if self.spec is not None:
+            out["spec"] = self.spec.to_dict()
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The cores the client and the engine were given (``provenance.json: cpus``), and why."""
+
+    engine: tuple[int, ...]
+    client: tuple[int, ...]
+    how: str
+
+
 class Provenance:
     def __init__(self, data: dict[str, Any]) -> None:
         # a JSON object: beside loadgen's own keys it holds what servers said of themselves
         # (their /v1/models answer, an engine's /version), whose keys are theirs
         self._data = data
+        self._launched: list[LaunchRecord] = []  # this process's launches, written as they stand
 
     @classmethod
     def new(cls, scenario: Scenario, **extra: object) -> Provenance:
@@ -43,8 +95,12 @@ class Provenance:
             **extra,
         })
 
-    def to_dict(self) -> dict[str, Any]:
-        return self._data
+    def to_dict(self) -> dict[str, object]:
+        if not self._launched:
+            return self._data
+        earlier = self._data.get("servers") or []  # a resumed run's, as its file holds them
+        launched = [r.to_dict() for r in self._launched]
+        return {**self._data, "server": launched[-1], "servers": [*earlier, *launched]}
 
     # what a run learns, in the order it learns it
 
@@ -56,15 +112,14 @@ class Provenance:
         base: int = self._data.setdefault("clock_base_ns", time.perf_counter_ns())
         return base
 
-    def launched(self, server: dict[str, Any]) -> None:
+    def launched(self, server: LaunchRecord) -> None:
         """An engine (or the simulator) loadgen launched: the current one, and the list of all.
         ``server`` is updated in place as the launch goes on (its pid, readiness, version)."""
-        self._data["server"] = server
-        self._data.setdefault("servers", []).append(server)
+        self._launched.append(server)
 
-    def placed(self, cpus: dict[str, Any]) -> None:
+    def placed(self, cpus: Placement) -> None:
         """The cores the client and the engine were given."""
-        self._data["cpus"] = cpus
+        self._data["cpus"] = {"engine": list(cpus.engine), "client": list(cpus.client), "how": cpus.how}
 
     def server_models(self, answer: object) -> None:
         """The server's ``/v1/models`` answer, as it gave it (or ``{"error": ...}``)."""

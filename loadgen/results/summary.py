@@ -104,8 +104,8 @@ class CellMetrics:
     turns: list[dict[str, Any]] | None = None
     stages: list[dict[str, Any]] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("slo", "slo_attained", "goodput") and self.slo is None:
@@ -161,7 +161,7 @@ class CellSummary:
         (``cell`` is its index in the files, from 0)."""
         return self.cell + 1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["server"] = self.server.to_dict()
         out["client"] = None if self.client is None else self.client.to_dict()
@@ -212,8 +212,8 @@ class Summary:
         """The cells with figures."""
         return tuple(c for c in self.cells if c.metrics is not None)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "schema_version": self.schema_version, "scenario": self.scenario, "kind": self.kind,
             "speed": self.speed, "model": self.model, "seed": self.seed, "interrupted": self.interrupted,
             "cells": [c.to_dict() for c in self.cells],

@@ -28,7 +28,7 @@ class GpuInfo:
     driver: str
     cuda_driver: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
