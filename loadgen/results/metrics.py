@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from loadgen.results.records import RequestRecord
-from loadgen.results.summary import CellMetrics, ChunkDiscrepancy, Distribution
+from loadgen.results.summary import Breakdown, CellMetrics, ChunkDiscrepancy, Distribution, Reasoning
 from loadgen.scenario.schema import Slo
 
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
@@ -48,19 +47,15 @@ def _prompt_len(r: RequestRecord) -> int:
     return r.input_tokens or 0
 
 
-def _group(measured: list[RequestRecord], key: str, value: int) -> dict[str, Any]:
+def _group(measured: list[RequestRecord], key: str, value: int) -> Breakdown:
     """The cell's figures over the records whose ``key`` (turn, stage) is ``value``, with the
     prefix-cache hit rate from the server's per-answer cached_tokens, where it reports them."""
     rs = [r for r in measured if getattr(r, key) == value]
     reported = [r for r in rs if r.ok and r.cached_tokens is not None and r.prompt_tokens]
     cached = sum(r.cached_tokens or 0 for r in reported)
     prompt = sum(r.prompt_tokens or 0 for r in reported)
-    return {
-        key: value,
-        **summarize(rs, breakdown=False).to_dict(),
-        "cached_tokens_total": cached if reported else None,
-        "prefix_cache_hit_rate": cached / prompt if prompt else None,
-    }
+    return Breakdown(key, value, summarize(rs, breakdown=False), cached if reported else None,
+                     cached / prompt if prompt else None)
 
 
 def summarize(
@@ -142,22 +137,21 @@ def summarize(
     )
     thinking = [r for r in ok if r.reasoning_tokens > 0]
     if thinking:
-        metrics = replace(metrics, reasoning={
-            "requests": len(thinking),
-            "reasoning_tokens_total": sum(r.reasoning_tokens for r in thinking),
-            "reasoning_tokens_mean": float(np.mean([r.reasoning_tokens for r in thinking])),
+        metrics = replace(metrics, reasoning=Reasoning(
+            len(thinking), sum(r.reasoning_tokens for r in thinking),
+            float(np.mean([r.reasoning_tokens for r in thinking])),
             # TTFT is the first token of any kind; this is the first token of the answer
-            "time_to_answer_s": distribution(
+            distribution(
                 r.first_answer_at - r.sent_at for r in thinking
                 if r.first_answer_at is not None and r.sent_at is not None
-            ).to_dict(),
-        })
+            ),
+        ))
     if breakdown and any(r.turn is not None for r in measured):
-        metrics = replace(metrics, turns=[_group(measured, "turn", t) for t in sorted(
-            {r.turn for r in measured if r.turn is not None})])
+        metrics = replace(metrics, turns=tuple(_group(measured, "turn", t) for t in sorted(
+            {r.turn for r in measured if r.turn is not None})))
     if breakdown and any(r.stage is not None for r in measured):
-        metrics = replace(metrics, stages=[_group(measured, "stage", t) for t in sorted(
-            {r.stage for r in measured if r.stage is not None})])
+        metrics = replace(metrics, stages=tuple(_group(measured, "stage", t) for t in sorted(
+            {r.stage for r in measured if r.stage is not None})))
     if slo is not None and any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2e_ms)):
         good = sum(1 for r in ok if r.meets(slo.limits()))
         # requests the run cancelled (stopped in flight) neither met nor missed an objective

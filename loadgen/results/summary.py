@@ -57,6 +57,50 @@ class ChunkDiscrepancy:
     tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """A reasoning model's thinking in a cell: the requests that thought, their thinking tokens,
+    and the time to the first token of the answer (TTFT is the first token of any kind)."""
+
+    requests: int
+    reasoning_tokens_total: int
+    reasoning_tokens_mean: float
+    time_to_answer_s: Distribution
+
+    def to_dict(self) -> dict[str, object]:
+        return {"requests": self.requests, "reasoning_tokens_total": self.reasoning_tokens_total,
+                "reasoning_tokens_mean": self.reasoning_tokens_mean,
+                "time_to_answer_s": self.time_to_answer_s.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Reasoning | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(int(data["requests"]), int(data["reasoning_tokens_total"]), float(data["reasoning_tokens_mean"]),
+                   Distribution.from_dict(data.get("time_to_answer_s")))
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """A cell's figures over the requests of one turn (multi-turn sessions) or one stage (a
+    staged load), with the prefix-cache hit rate from the server's per-answer cached tokens."""
+
+    by: str  # turn | stage
+    value: int
+    metrics: CellMetrics
+    cached_tokens_total: int | None
+    prefix_cache_hit_rate: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {self.by: self.value, **self.metrics.to_dict(), "cached_tokens_total": self.cached_tokens_total,
+                "prefix_cache_hit_rate": self.prefix_cache_hit_rate}
+
+    @classmethod
+    def from_dict(cls, by: str, data: dict[str, Any]) -> Breakdown:
+        return cls(by, int(data[by]), CellMetrics.from_dict(data), data.get("cached_tokens_total"),
+                   data.get("prefix_cache_hit_rate"))
+
+
 _DISTRIBUTIONS = (
     "ttft_s", "ttft_from_schedule_s", "tpot_s", "itl_s", "e2e_s", "send_lag_s", "slot_wait_s", "speed_tokens_per_s",
     "speed_total_tokens_per_s",
@@ -100,9 +144,9 @@ class CellMetrics:
     goodput: float | None = None
     # present only where they apply: a reasoning model's thinking (tokens, time to the first
     # answer token), figures per turn of multi-turn sessions, figures per stage of a staged load
-    reasoning: dict[str, Any] | None = None
-    turns: list[dict[str, Any]] | None = None
-    stages: list[dict[str, Any]] | None = None
+    reasoning: Reasoning | None = None
+    turns: tuple[Breakdown, ...] | None = None
+    stages: tuple[Breakdown, ...] | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -116,6 +160,10 @@ class CellMetrics:
                 value = value.to_dict()
             elif isinstance(value, ChunkDiscrepancy):
                 value = {"requests": value.requests, "tokens": value.tokens}
+            elif isinstance(value, Reasoning):
+                value = value.to_dict()
+            elif f.name in ("turns", "stages"):
+                value = [b.to_dict() for b in value]
             out[f.name] = value
         return out
 
@@ -126,6 +174,10 @@ class CellMetrics:
             values[name] = Distribution.from_dict(data.get(name))
         values["chunk_token_discrepancy"] = ChunkDiscrepancy(**(data.get("chunk_token_discrepancy") or {}))
         values["failures_by_class"] = dict(data.get("failures_by_class") or {})
+        values["reasoning"] = Reasoning.from_dict(data.get("reasoning"))
+        for by, name in (("turn", "turns"), ("stage", "stages")):
+            if (groups := data.get(name)) is not None:
+                values[name] = tuple(Breakdown.from_dict(by, g) for g in groups)
         return cls(**values)
 
 
