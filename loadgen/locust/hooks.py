@@ -21,7 +21,7 @@ from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from loadgen.errors import LoadgenError
 from loadgen.locust.plan import RunDirSink
-from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log
+from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, WorkerReport, log
 from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, rows_csv
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.provenance import Provenance
@@ -128,7 +128,8 @@ def _sample_charts(environment: Environment) -> None:
 
 @events.report_to_master.add_listener
 def _report_to_master(client_id: str, data: dict[str, Any]) -> None:
-    data["loadgen"] = {"records": STATE.pending, "base_epoch_ns": BASE_EPOCH_NS, "model": STATE.model}
+    # data: Locust's report, whose other keys are Locust's and its plugins'
+    data["loadgen"] = WorkerReport(STATE.pending, BASE_EPOCH_NS, STATE.model).to_dict()
     STATE.pending = []
 
 
@@ -138,7 +139,7 @@ def _worker_report(client_id: str, data: dict[str, Any]) -> None:
     payload = data.get("loadgen")
     if payload is None or env is None or not isinstance(env.runner, MasterRunner):
         return
-    STATE.merge(env.runner.get_worker_index(client_id) + 1, payload)
+    STATE.merge(env.runner.get_worker_index(client_id) + 1, WorkerReport.from_dict(payload))
 
 
 @events.reset_stats.add_listener

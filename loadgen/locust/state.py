@@ -13,7 +13,7 @@ import itertools
 import logging
 import secrets
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gevent
@@ -22,7 +22,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadgen.locust.plan import LocustPlan, RunDirSink, StepClock, plan_for, rebase
-from loadgen.locust.stats import LiveStats
+from loadgen.locust.stats import LiveStats, Row
 from loadgen.locust.transport import Workbench, build_workbench
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.loader import load_scenario
@@ -31,6 +31,23 @@ log = logging.getLogger("loadgen")
 
 BASE_NS = time.perf_counter_ns()
 BASE_EPOCH_NS = time.time_ns()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """What a worker adds to Locust's report to the master (under ``"loadgen"``): its records
+    since the last report, as JSON lines, its clock base and the model it found."""
+
+    records: list[bytes]
+    base_epoch_ns: int
+    model: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"records": self.records, "base_epoch_ns": self.base_epoch_ns, "model": self.model}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerReport:
+        return cls(list(data["records"]), int(data["base_epoch_ns"]), data.get("model"))
 # the master sees a worker's records this late (Locust's worker report interval)
 REPORT_LAG_S = 3.0
 
@@ -111,21 +128,21 @@ class _State:
         if self.env is not None and self.env.runner is not None:
             self.peak_users = max(self.peak_users, self.env.runner.user_count)
 
-    def merge(self, worker: int, data: dict[str, Any]) -> None:
+    def merge(self, worker: int, report: WorkerReport) -> None:
         """The master: a worker's report -> its records on the master's clock."""
-        shift = (data["base_epoch_ns"] - BASE_EPOCH_NS) / 1e9
-        self.model = self.model or data.get("model")
-        for line in data["records"]:
+        shift = (report.base_epoch_ns - BASE_EPOCH_NS) / 1e9
+        self.model = self.model or report.model
+        for line in report.records:
             record = rebase(line, shift, next(self.request_ids), worker)
             self.count(replace(record, cell=self.steps.cell_of(record.sent_at)))
 
-    def rows(self, users: int | None = None) -> list[dict[str, Any]]:
+    def rows(self, users: int | None = None) -> list[Row]:
         """The LLM table now; ``users`` defaults to the users running now (after a stop, the
         peak the run had, so the per-user figure stays meaningful)."""
         running, lag = self._view()
         return self.live.rows(now_s(), (running or self.peak_users) if users is None else users, lag)
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> Row:
         """A point of the LLM tab's charts, now."""
         running, lag = self._view()
         return self.live.sample(now_s(), running, lag)
@@ -137,7 +154,7 @@ class _State:
         lag = REPORT_LAG_S if isinstance(runner, MasterRunner) else 0.0
         return (runner.user_count if runner is not None else 0), lag
 
-    def describe(self, host: str | None) -> dict[str, Any]:
+    def describe(self, host: str | None) -> dict[str, object]:
         """What the start page shows under its form: the scenario's API, model and lengths."""
         if self.plan is None:
             return {}

@@ -74,6 +74,8 @@ class _Counts:
 
 
 PERCENTILES = ("ttft", "tpot", "itl", "e2e")
+# a row of the LLM table (by CSV_COLUMNS' keys), or a point of its charts, as the web page gets it
+Row = dict[str, str | int | float | None]
 
 
 QUANTILES = (50, 90, 99)
@@ -119,7 +121,7 @@ class LiveStats:
         self._buckets: Counter[int] = Counter()  # whole second of the run -> tokens streamed
         # the latest successful requests (done_at, record), for the charts' windowed figures
         self._recent: deque[tuple[float, RequestRecord]] = deque()
-        self.history: list[dict[str, Any]] = []
+        self.history: list[Row] = []
 
     def add(self, r: RequestRecord) -> None:
         self._total.add(r)
@@ -137,7 +139,7 @@ class LiveStats:
         self._recent.clear()
         self.history.clear()
 
-    def sample(self, now_s: float, users: int, lag_s: float = 0.0, keep: int = 3600) -> dict[str, Any]:
+    def sample(self, now_s: float, users: int, lag_s: float = 0.0, keep: int = 3600) -> Row:
         """A point of the LLM tab's charts: users now, output tokens/s over the last
         ``window_s`` seconds, and requests/s, TTFT p50/p99, TPOT p50 and ITL p99 over a window of
         that length placed behind the longest recent request, so that every request that was
@@ -160,7 +162,7 @@ class LiveStats:
         ttft = [v for r in window if (v := r.ttft_s) is not None]
         tpots = [v for r in window if (v := r.tpot_s) is not None]
         itl = np.concatenate([itl_values(r) for r in window]) if window else np.empty(0)
-        point = {
+        point: Row = {
             "t": round(end, 2), "users": users,
             "output_tok_s": round(self.recent_rate(now_s, lag_s), 1),
             "requests_s": round(share / span, 3) if span > 0 else 0.0,
@@ -184,7 +186,7 @@ class LiveStats:
             return 0.0
         return sum(self._buckets.get(s, 0) for s in range(start, end)) / (end - start)
 
-    def rows(self, now_s: float, users: int, lag_s: float = 0.0) -> list[dict[str, Any]]:
+    def rows(self, now_s: float, users: int, lag_s: float = 0.0) -> list[Row]:
         """One row per worker (distributed runs) and a ``Total`` row."""
         out = []
         if len(self._by_worker) > 1 or any(k != 0 for k in self._by_worker):
@@ -194,7 +196,7 @@ class LiveStats:
         return out
 
 
-def _row(name: str, c: _Counts, recent: float | None, users: int | None) -> dict[str, Any]:
+def _row(name: str, c: _Counts, recent: float | None, users: int | None) -> Row:
     span = (c.last_done - c.first_sent) if c.first_sent is not None and c.last_done is not None else 0.0
     overall = c.output_tokens / span if span > 0 else 0.0
     return {
@@ -227,7 +229,7 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def rows_csv(rows: list[dict[str, Any]]) -> str:
+def rows_csv(rows: list[Row]) -> str:
     lines = [",".join(f'"{title}"' for _, title in CSV_COLUMNS)]
     for row in rows:
         cells = []
