@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import NoReturn
 
+from loadgen.data import Unchecked
 from loadgen.errors import UsageError
 
 # vllm bench serve flags loadgen does not take (their features are vLLM-specific or unused here)
@@ -103,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
 @dataclass(frozen=True, slots=True)
 class BenchArgs:
     ns: argparse.Namespace
-    scenario: dict[str, Any]  # the equivalent scenario, as YAML data
+    scenario: Unchecked  # the equivalent scenario, as YAML data
     base_url: str
     percentile_metrics: list[str]
     percentiles: list[float]
@@ -111,7 +112,7 @@ class BenchArgs:
     metadata: dict[str, str]  # --metadata KEY=VALUE, added to the result JSON
 
 
-def _json(flag: str, text: str | None) -> dict[str, Any]:
+def _json(flag: str, text: str | None) -> Unchecked:
     if text is None:
         return {}
     try:
@@ -175,7 +176,7 @@ def parse(argv: list[str]) -> BenchArgs:
     if ns.output_len is not None:
         for flag in ("random", "sharegpt", "custom", "hf", "prefix_repetition"):
             setattr(ns, f"{flag}_output_len", ns.output_len)
-    workload: dict[str, Any] = {"num_prompts": ns.num_prompts, "ignore_eos": ns.ignore_eos, "min_tokens": False}
+    workload: Unchecked = {"num_prompts": ns.num_prompts, "ignore_eos": ns.ignore_eos, "min_tokens": False}
     name = ns.dataset_name
     if name == "random":
         workload.update(input_tokens=ns.random_input_len, output_tokens=ns.random_output_len)
@@ -191,7 +192,7 @@ def parse(argv: list[str]) -> BenchArgs:
     else:
         if ns.dataset_path is None and not (name == "hf" and ns.hf_name):
             raise UsageError(f"--dataset-name {name} needs --dataset-path")
-        dataset: dict[str, Any] = {"kind": {"custom": "jsonl"}.get(name, name), "shuffle": not ns.disable_shuffle}
+        dataset: Unchecked = {"kind": {"custom": "jsonl"}.get(name, name), "shuffle": not ns.disable_shuffle}
         if name == "hf":
             dataset["name"] = ns.hf_name or ns.dataset_path
             dataset["split"] = ns.hf_split or "train"
@@ -215,14 +216,14 @@ def parse(argv: list[str]) -> BenchArgs:
     extra_body = _json("--extra-body", ns.extra_body)
     if ns.chat_template_kwargs:
         extra_body["chat_template_kwargs"] = _json("--chat-template-kwargs", ns.chat_template_kwargs)
-    target: dict[str, Any] = {"api": "chat" if chat else "completions", "base_url": base_url,
+    target: Unchecked = {"api": "chat" if chat else "completions", "base_url": base_url,
                               "model": ns.served_model_name or ns.model or "auto"}
     if extra_body:
         target["extra_body"] = extra_body
     if ns.header:
         target["headers"] = _pairs("--header", ns.header, "=")
 
-    load: dict[str, Any] = {
+    load: Unchecked = {
         "concurrency": ns.max_concurrency or "unlimited",
         "warmup_requests": ns.num_warmups,
         "burstiness": ns.burstiness,
@@ -235,7 +236,7 @@ def parse(argv: list[str]) -> BenchArgs:
                            "end_rate": ns.ramp_up_end_rps}
     elif ns.request_rate != float("inf"):
         load["rate"] = ns.request_rate
-    scenario: dict[str, Any] = {"name": ns.label or "bench", "seed": ns.seed, "target": target,
+    scenario: Unchecked = {"name": ns.label or "bench", "seed": ns.seed, "target": target,
                                 "workload": workload, "load": load}
     if goodput:
         scenario["slo"] = {("e2e" if k == "e2el" else k) + "_ms": v for k, v in goodput.items()}

@@ -8,7 +8,6 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from loadgen.bench.args import BenchArgs, parse
 from loadgen.load.prepare import QuietObserver
@@ -17,7 +16,7 @@ from loadgen.report.progress import ProgressObserver
 from loadgen.report.summary import render_markdown
 from loadgen.results.records import read_records
 from loadgen.results.rundir import RECORDS, default_run_dir
-from loadgen.results.vllm_result import result_text, vllm_result
+from loadgen.results.vllm_result import VllmResult, result_text, vllm_result
 from loadgen.scenario.loader import parse_scenario, resolve_files
 from loadgen.scenario.redact import dump_scenario
 from loadgen.scenario.schema import Scenario
@@ -38,9 +37,9 @@ def result_filename(b: BenchArgs, model: str, stamp: str) -> Path:
     return Path(ns.result_dir or ".") / name
 
 
-def header(b: BenchArgs, model: str, stamp: str) -> dict[str, Any]:
+def header(b: BenchArgs, model: str, stamp: str) -> VllmResult:
     ns = b.ns
-    out: dict[str, Any] = {
+    out: VllmResult = {
         "date": stamp, "endpoint_type": ns.backend, "backend": ns.backend, "label": ns.label, "model_id": model,
         "tokenizer_id": ns.tokenizer or ns.model or model, "num_prompts": ns.num_prompts,
     }
@@ -63,7 +62,7 @@ def scenario_of(b: BenchArgs) -> Scenario:
 def bench_serve(
     argv: list[str], show: Callable[[str], None], message: Callable[[str], None],
     progress: Callable[[], ProgressObserver],
-) -> dict[str, Any]:
+) -> VllmResult:
     """Run the benchmark; ``show`` prints the result block, ``message`` a line to stderr,
     ``progress`` makes the progress bar (unless --disable-tqdm). Returns vLLM's result."""
     b = parse(argv)

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from loadgen.data import Unchecked
 from loadgen.errors import UsageError
 from loadgen.servers.tiny import tiny_path
 
@@ -97,8 +98,8 @@ def load_catalogue() -> dict[str, ModelEntry]:
 
 
 @functools.cache
-def _settings() -> dict[str, Any]:
-    data: dict[str, Any] = _read("settings.yaml")
+def _settings() -> Unchecked:
+    data: Unchecked = _read("settings.yaml")
     return data
 
 
@@ -160,7 +161,7 @@ def resolve_model(
     return ModelRef(entry.checkpoint(q), q, entry)
 
 
-def rope_scaling(entry: ModelEntry | None, max_model_len: int) -> dict[str, Any] | None:
+def rope_scaling(entry: ModelEntry | None, max_model_len: int) -> dict[str, str | float] | None:
     """YaRN rope scaling when the context asked for exceeds the model's native one."""
     if entry is None or max_model_len <= entry.context:
         return None

@@ -7,7 +7,6 @@ turns a spec into its real command line.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from loadgen.engines.catalogue import ModelRef, Setting
 from loadgen.errors import UsageError
@@ -27,7 +26,7 @@ class EngineSpec:
     tp: int
     pp: int
     setting: Setting
-    rope: dict[str, Any] | None = None
+    rope: dict[str, str | float] | None = None  # the rope_scaling entry of the model config, when asked for
     kv_cache_dtype: str | None = None
     load_format: str | None = None
     # engine-specific options (``EngineOptions``; each engine declares those it takes)

@@ -24,13 +24,14 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
 import httpx
 
 from loadgen import __version__
+from loadgen.data import Unchecked
 from loadgen.load.limits import CLIENT_ERRNOS
 from loadgen.load.stream import Outcome, StreamState, error_snippet
 from loadgen.results.records import FailureClass, RequestRecord
@@ -287,7 +288,7 @@ class StreamingClient:
         self._free.clear()
         await asyncio.sleep(0)
 
-    async def fetch_models(self) -> dict[str, Any]:
+    async def fetch_models(self) -> Unchecked:
         """``GET {base_url}/models``; raises ``httpx.HTTPError`` or ``ValueError``."""
         async with httpx.AsyncClient(
             trust_env=False, timeout=httpx.Timeout(self._between_s, connect=self._connect_s)

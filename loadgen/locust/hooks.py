@@ -19,6 +19,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
+from loadgen.data import Unchecked
 from loadgen.errors import LoadgenError
 from loadgen.locust.plan import RunDirSink
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, WorkerReport, log
@@ -127,14 +128,14 @@ def _sample_charts(environment: Environment) -> None:
 
 
 @events.report_to_master.add_listener
-def _report_to_master(client_id: str, data: dict[str, Any]) -> None:
+def _report_to_master(client_id: str, data: Unchecked) -> None:
     # data: Locust's report, whose other keys are Locust's and its plugins'
     data["loadgen"] = WorkerReport(STATE.pending, BASE_EPOCH_NS, STATE.model).to_dict()
     STATE.pending = []
 
 
 @events.worker_report.add_listener
-def _worker_report(client_id: str, data: dict[str, Any]) -> None:
+def _worker_report(client_id: str, data: Unchecked) -> None:
     env = STATE.env
     payload = data.get("loadgen")
     if payload is None or env is None or not isinstance(env.runner, MasterRunner):

@@ -14,13 +14,13 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
 import gevent
 from gevent.lock import Semaphore
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from loadgen.data import Unchecked
 from loadgen.locust.plan import LocustPlan, RunDirSink, StepClock, plan_for, rebase
 from loadgen.locust.stats import LiveStats, Row
 from loadgen.locust.transport import Workbench, build_workbench
@@ -46,7 +46,7 @@ class WorkerReport:
         return {"records": self.records, "base_epoch_ns": self.base_epoch_ns, "model": self.model}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WorkerReport:
+    def from_dict(cls, data: Unchecked) -> WorkerReport:
         return cls(list(data["records"]), int(data["base_epoch_ns"]), data.get("model"))
 # the master sees a worker's records this late (Locust's worker report interval)
 REPORT_LAG_S = 3.0

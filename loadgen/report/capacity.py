@@ -14,7 +14,7 @@ from loadgen.report.layouts import model_label, quant_label, software_label
 from loadgen.report.tables import Table
 from loadgen.results.capacity import ERROR_RATE, QUEUE, objective_label
 from loadgen.results.cellstatus import ServerInfo
-from loadgen.results.probe import CapacityAnswer, ProbeRow
+from loadgen.results.probe import CapacityAnswer, Objectives, ProbeRow
 from loadgen.results.summary import CellSummary, Summary
 
 
@@ -69,7 +69,7 @@ def probe_table(cap: CapacityAnswer) -> Table:
     return Table(headers, rows, title=f"search by {cap.by}: {slo_text(cap.slo)}")
 
 
-def slo_text(slo: dict[str, Any]) -> str:
+def slo_text(slo: Objectives) -> str:
     """``TTFT p99 <= 300 ms, TPOT p99 <= 20.25 ms, error rate <= 1%``."""
     parts = []
     for key, stats in slo.items():
@@ -178,7 +178,8 @@ def plot_capacity(cap: CapacityAnswer, path: Path, title: str) -> Path | None:
                 ax.set_ylabel("error rate")
             else:
                 metric, _, stat = key.partition(".")
-                bound = (slo.get(metric) or {}).get(stat)
+                stats = slo.get(metric)
+                bound = stats.get(stat) if isinstance(stats, dict) else None
                 ax.set_ylabel(f"{objective_label(key)} (ms)")
             if bound is not None:
                 ax.axhline(bound, color="tab:red", linestyle="--", linewidth=1, label=f"SLO {bound:g}")

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from loadgen.data import Unchecked
 from loadgen.report.capacity import plot_capacity
 from loadgen.report.plots import write_plots
 from loadgen.report.summary import COLUMNS, console_lines, latency_rows, params_text
@@ -84,7 +85,7 @@ def charts(summary: Summary, run_dir: Path) -> list[tuple[str, str]]:
 
 def _provenance(run_dir: Path) -> str:
     path = run_dir / PROVENANCE
-    prov: dict[str, Any] = read_json(path) if path.exists() else {}
+    prov: Unchecked = read_json(path) if path.exists() else {}
     server = prov.get("server") or {}
     rows = [
         ("loadgen", prov.get("loadgen_version")), ("started", prov.get("start_wall")), ("ended", prov.get("end_wall")),

@@ -3,10 +3,9 @@ table renderer. Times are shown in ms."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.table import Table as RichTable
 
+from loadgen.data import Labels
 from loadgen.report.capacity import answer_lines, capacity_table, probe_table
 from loadgen.report.layouts import axis_title, axis_value, varying_axes
 from loadgen.report.tables import Table, render_md
@@ -42,7 +41,7 @@ def latency_rows(cell: CellSummary) -> list[list[str]]:
     return rows
 
 
-def params_text(params: dict[str, Any]) -> str:
+def params_text(params: Labels) -> str:
     rate = params.get("rate")
     lengths = f"input {params['input_tokens']} / output {params['output_tokens']} tokens"
     if (source := params.get("workload")) is not None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import numpy as np
 
+from loadgen.data import Labels
 from loadgen.results.cellstatus import EarlyStop
 from loadgen.results.metrics import itl_values
 from loadgen.results.probe import CapacityAnswer, ProbeResult, ProbeRow
@@ -185,7 +185,7 @@ def _load_text(by: str, value: float | None) -> str:
     return f"{int(value)}" if by == "concurrency" else f"{value:.4g} req/s"
 
 
-def capacity_of(index: int, spec: Search, labels: dict[str, Any], probes: Sequence[CellSummary]) -> CapacityAnswer:
+def capacity_of(index: int, spec: Search, labels: Labels, probes: Sequence[CellSummary]) -> CapacityAnswer:
     """One search's answer from its probes (cell summaries with ``probe``), in probe order."""
     # an interrupted probe has no verdict: a resumed run measures it again
     done = sorted(

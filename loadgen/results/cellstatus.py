@@ -5,7 +5,8 @@ read back from files of any earlier version (unknown keys are ignored, missing o
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+
+from loadgen.data import Unchecked
 
 # a status line's status: a search's probe has a "started" line before its end; a cell a
 # --resume measures again gets a "set-aside" line
@@ -110,7 +111,7 @@ class CellStatus:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CellStatus:
+    def from_dict(cls, data: Unchecked) -> CellStatus:
         probe, early = data.get("probe"), data.get("stopped_early")
         return cls(
             cell=int(data["cell"]), status=str(data["status"]), reason=data.get("reason"),

@@ -5,9 +5,12 @@ probes it rests on (``ProbeRow``). ``loadgen.results.capacity`` computes them.""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from loadgen.data import Labels, Unchecked
 from loadgen.results.cellstatus import EarlyStop
+
+# a search's objectives as its scenario gives them: metric -> statistic -> ms, and error_rate -> share
+Objectives = dict[str, float | dict[str, float]]
 
 
 def _early(data: object) -> EarlyStop | None:
@@ -63,7 +66,7 @@ class ProbeRow:
     goodput: float | None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProbeRow:
+    def from_dict(cls, data: Unchecked) -> ProbeRow:
         return cls(
             cell=int(data["cell"]), value=float(data["value"]), meets_slo=bool(data.get("meets_slo")),
             figures=dict(data.get("figures") or {}), broken=tuple(data.get("broken") or ()),
@@ -80,11 +83,11 @@ class CapacityAnswer:
 
     search: int
     # the matrix values of the search's point, and its lengths (keys: the matrix's axes)
-    labels: dict[str, Any]
+    labels: Labels
     by: str
     min: float
     max: float
-    slo: dict[str, Any]  # the objectives as the scenario gives them (metric -> statistic -> ms)
+    slo: Objectives  # the objectives as the scenario gives them (metric -> statistic -> ms; error_rate)
     max_meeting_slo: float | None
     limiting_slo: tuple[str, ...]
     binds_at: float | None
@@ -102,7 +105,7 @@ class CapacityAnswer:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CapacityAnswer:
+    def from_dict(cls, data: Unchecked) -> CapacityAnswer:
         return cls(
             search=int(data.get("search", 0)), labels=dict(data.get("labels") or {}), by=str(data.get("by")),
             min=float(data.get("min") or 0), max=float(data.get("max") or 0), slo=dict(data.get("slo") or {}),

@@ -12,9 +12,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from loadgen import __version__
+from loadgen.data import Unchecked
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.scenario.redact import redact_argv
 from loadgen.scenario.schema import Scenario
@@ -74,7 +74,7 @@ class Placement:
 
 
 class Provenance:
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: Unchecked) -> None:
         # a JSON object: beside loadgen's own keys it holds what servers said of themselves
         # (their /v1/models answer, an engine's /version), whose keys are theirs
         self._data = data

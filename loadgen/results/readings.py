@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+
+from loadgen.data import Unchecked
 
 METRICS, GPU, CLIENT = "metrics", "gpu", "client"  # the kinds, as a line's "probe" names them
 
@@ -42,7 +43,7 @@ class Scrape:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Scrape:
+    def from_dict(cls, data: Unchecked) -> Scrape:
         def le(bound: float | None) -> float:  # +Inf was written as null
             return math.inf if bound is None else float(bound)
 
@@ -65,7 +66,7 @@ class GpuReading:
         return {"held": self.held, "used": self.used}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GpuReading:
+    def from_dict(cls, data: Unchecked) -> GpuReading:
         return cls({k: int(v) for k, v in data["held"].items()},
                    {k: int(v) for k, v in (data.get("used") or {}).items()})
 
@@ -79,7 +80,7 @@ class Hog:
     cpu_share: float
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Hog:
+    def from_dict(cls, data: Unchecked) -> Hog:
         return cls(int(data["pid"]), str(data["name"]), float(data["cpu_share"]))
 
 
@@ -104,7 +105,7 @@ class ClientReading:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ClientReading:
+    def from_dict(cls, data: Unchecked) -> ClientReading:
         hogs = data.get("hogs")
         return cls(
             int(data.get("worker", 0)), float(data["wall_s"]), float(data["cpu_s"]), int(data.get("reads", 0)),
@@ -123,6 +124,6 @@ def kind_of(reading: Reading) -> str:
     return METRICS if isinstance(reading, Scrape) else GPU if isinstance(reading, GpuReading) else CLIENT
 
 
-def reading(kind: str, data: dict[str, Any]) -> Reading:
+def reading(kind: str, data: Unchecked) -> Reading:
     """A line's ``values`` read back by its kind (KeyError for a kind loadgen never writes)."""
     return _KINDS[kind].from_dict(data)

@@ -13,9 +13,11 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
+
+from loadgen.data import Unchecked
 
 FailureClass = Literal[
     "http_status",  # the server answered with status >= 400
@@ -124,7 +126,7 @@ class RequestRecord:
         return orjson.dumps(self) + b"\n"
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+    def from_dict(cls, data: Unchecked) -> RequestRecord:
         data["chunk_offsets_s"] = tuple(data.get("chunk_offsets_s", ()))
         data["chunk_tokens"] = tuple(data.get("chunk_tokens", ()))
         names = {f.name for f in dataclasses.fields(cls)}

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 import yaml
 
+from loadgen.data import Unchecked
 from loadgen.errors import RunDirError, ScenarioError, UsageError
 from loadgen.results.capacity import capacity_of, probe_entry
 from loadgen.results.cellstatus import CellStatus, ServerInfo
@@ -334,10 +335,10 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
                 continue
             status = replace(status or CellStatus(cell.index, ""), status="done" if legacy else "interrupted")
         entries.append(cell_summary(cell, by_cell.get(cell.index, []), status, probes.get(cell.index, {})))
-    provenance: dict[str, Any] = {}
+    provenance: Unchecked = {}
     if (run_dir / PROVENANCE).is_file():
         provenance = read_json(run_dir / PROVENANCE)
-    stored: dict[str, Any] = {}
+    stored: Unchecked = {}
     if (run_dir / SUMMARY).is_file():
         stored = read_json(run_dir / SUMMARY)
     if not isinstance(provenance, dict) or not isinstance(stored, dict):

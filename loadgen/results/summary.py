@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from loadgen.data import Labels, Unchecked
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.clienthealth import ClientHealth
 from loadgen.results.probe import CapacityAnswer, ProbeResult
@@ -44,7 +45,7 @@ class Distribution:
         return {k: self.get(k) for k in STAT_KEYS}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Distribution:
+    def from_dict(cls, data: Unchecked | None) -> Distribution:
         data = data or {}
         return cls(**{k.replace(".", "_"): data.get(k) for k in STAT_KEYS})
 
@@ -96,7 +97,7 @@ class Breakdown:
                 "prefix_cache_hit_rate": self.prefix_cache_hit_rate}
 
     @classmethod
-    def from_dict(cls, by: str, data: dict[str, Any]) -> Breakdown:
+    def from_dict(cls, by: str, data: Unchecked) -> Breakdown:
         return cls(by, int(data[by]), CellMetrics.from_dict(data), data.get("cached_tokens_total"),
                    data.get("prefix_cache_hit_rate"))
 
@@ -168,8 +169,8 @@ class CellMetrics:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CellMetrics:
-        values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
+    def from_dict(cls, data: Unchecked) -> CellMetrics:
+        values: Unchecked = {f.name: data.get(f.name) for f in fields(cls)}
         for name in _DISTRIBUTIONS:
             values[name] = Distribution.from_dict(data.get(name))
         values["chunk_token_discrepancy"] = ChunkDiscrepancy(**(data.get("chunk_token_discrepancy") or {}))
@@ -186,7 +187,7 @@ class CellSummary:
     """One measured point: its parameters, how it ended, the server it ran on and its figures."""
 
     cell: int
-    params: dict[str, Any]
+    params: Labels
     status: str  # done | failed | interrupted
     reason: str | None
     note: str
@@ -228,7 +229,7 @@ class CellSummary:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CellSummary:
+    def from_dict(cls, data: Unchecked) -> CellSummary:
         metrics = data.get("metrics")
         return cls(
             cell=int(data["cell"]), params=dict(data.get("params") or {}), status=str(data.get("status")),
@@ -279,7 +280,7 @@ class Summary:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Summary:
+    def from_dict(cls, data: Unchecked) -> Summary:
         return cls(
             scenario=str(data.get("scenario")), kind=str(data.get("kind", "sweep")),
             speed=str(data.get("speed", "output")), model=data.get("model"),

@@ -21,8 +21,11 @@ import numpy as np
 
 from loadgen.results.records import RequestRecord
 
+# vLLM's result JSON: its keys follow the flags (the percentiles and metrics asked for, --metadata)
+VllmResult = dict[str, Any]
 
-def _stats(values: list[float], name: str, percentiles: list[float], out: dict[str, Any]) -> None:
+
+def _stats(values: list[float], name: str, percentiles: list[float], out: VllmResult) -> None:
     arr = np.asarray(values or [0.0], dtype=np.float64) * 1000
     out[f"mean_{name}_ms"] = float(np.mean(arr))
     out[f"median_{name}_ms"] = float(np.median(arr))
@@ -60,7 +63,7 @@ def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
 def vllm_result(
     records: list[RequestRecord], *, percentile_metrics: list[str], percentiles: list[float],
     goodput: dict[str, float] | None, max_concurrency: int | None, detailed: bool,
-) -> dict[str, Any]:
+) -> VllmResult:
     """The benchmark part of vLLM's result JSON (the header fields are the caller's)."""
     measured = sorted((r for r in records if not r.warmup), key=lambda r: r.request_id)
     ok = [r for r in measured if r.ok and r.first_token_at is not None and r.sent_at is not None]
@@ -77,7 +80,7 @@ def vllm_result(
     tpots = {id(r): (latency[id(r)] - ttft[id(r)]) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0 for r in ok}
     total_input = sum(prompt_len(r) for r in ok)
     total_output = sum(r.output_tokens for r in ok)
-    out: dict[str, Any] = {
+    out: VllmResult = {
         "duration": duration,
         "completed": len(ok),
         "failed": len(measured) - len(ok),
@@ -126,7 +129,7 @@ def vllm_result(
     return out
 
 
-def result_text(result: dict[str, Any], metrics: list[str]) -> str:
+def result_text(result: VllmResult, metrics: list[str]) -> str:
     """The result block ``vllm bench serve`` prints, line for line (scripts read it)."""
     lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
 

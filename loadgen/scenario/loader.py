@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from loadgen.data import Unchecked
 from loadgen.errors import ScenarioError
 from loadgen.scenario.matrix import expand_cells
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
@@ -21,7 +22,7 @@ from loadgen.scenario.schema import AXES, SERVE_LIST_KEYS, PromptFile, Scenario,
 from loadgen.scenario.yamlread import ScenarioYAMLError, read_yaml
 
 
-def _serve_lists_to_matrix(data: dict[str, Any]) -> dict[str, Any]:
+def _serve_lists_to_matrix(data: Unchecked) -> Unchecked:
     """``serve: {model: [a, b]}`` is a matrix axis ``serve.model``, varied before the matrix's own;
     the template the points are made from holds each axis's first value."""
     serve = data.get("serve")
@@ -100,7 +101,7 @@ def _beside(file: Path, scenario_path: Path, field: str, what: str) -> Path:
 def resolve_files(w: Workload, path: Path) -> Workload:
     """The workload with every file it names resolved beside the scenario file, each checked
     to exist before anything is started."""
-    update: dict[str, Any] = {}
+    update: dict[str, object] = {}
     if isinstance(w.prompt, PromptFile):
         update["prompt"] = PromptFile(file=_beside(w.prompt.file, path, "workload.prompt.file", "a JSONL file"))
     if w.dataset is not None and w.dataset.path is not None:

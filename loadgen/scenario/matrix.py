@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from loadgen.data import Labels
 from loadgen.errors import ScenarioError
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
 from loadgen.scenario.redact import redact_labels
@@ -62,7 +63,7 @@ class Cell:
         """Requests sent on a schedule (a rate, a trace, a ramp, stages), not as slots free up."""
         return self.rate is not None or self.schedule is not None
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> Labels:
         out = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
@@ -83,11 +84,11 @@ class Cell:
         return out
 
 
-def _matches(labels: dict[str, Any], rule: dict[str, Any]) -> bool:
+def _matches(labels: Labels, rule: Labels) -> bool:
     return all(labels[k] in (v if isinstance(v, list) else [v]) for k, v in rule.items())
 
 
-def points(scenario: Scenario, source: str = "<scenario>") -> list[tuple[dict[str, Any], Scenario]]:
+def points(scenario: Scenario, source: str = "<scenario>") -> list[tuple[Labels, Scenario]]:
     """Every matrix point as (axis -> value, its scenario); one point when there is no matrix."""
     blocks = [m for m in scenario.matrix_blocks if m.axes]
     if not blocks:
@@ -96,7 +97,7 @@ def points(scenario: Scenario, source: str = "<scenario>") -> list[tuple[dict[st
     return [p for matrix in blocks for p in _block_points(matrix, base, source)]
 
 
-def _block_points(matrix: Matrix, base: dict[str, Any], source: str) -> list[tuple[dict[str, Any], Scenario]]:
+def _block_points(matrix: Matrix, base: Labels, source: str) -> list[tuple[Labels, Scenario]]:
     out = []
     names = list(matrix.axes)
     for combo in itertools.product(*matrix.axes.values()):

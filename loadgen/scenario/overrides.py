@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from loadgen.data import Unchecked
 from loadgen.errors import ScenarioError, UsageError
 from loadgen.scenario.schema import Scenario
 from loadgen.scenario.yamlread import ScenarioYAMLError, read_yaml
@@ -28,8 +29,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(
-    data: dict[str, Any], overrides: list[str], values: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    data: Unchecked, overrides: list[str], values: Unchecked | None = None
+) -> Unchecked:
     """Set ``--set`` texts and ``values`` (dotted key -> value) in ``data``, creating sections."""
     items = [parse_override(t) for t in overrides] + [(k.split("."), v) for k, v in (values or {}).items()]
     for path, value in items:

@@ -5,10 +5,10 @@ module, used by every writer)."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import yaml
 
+from loadgen.data import Labels, Unchecked
 from loadgen.scenario.schema import Scenario
 
 REDACTED = "<redacted>"
@@ -27,12 +27,12 @@ def is_header_key(key: str) -> bool:
     return "headers" in parts
 
 
-def redact_labels(labels: dict[str, Any]) -> dict[str, Any]:
+def redact_labels(labels: Labels) -> Labels:
     """Matrix values by axis, a header axis's value redacted."""
     return {k: (REDACTED if is_header_key(k) else v) for k, v in labels.items()}
 
 
-def _redact_data(data: dict[str, Any]) -> dict[str, Any]:
+def _redact_data(data: Unchecked) -> Unchecked:
     target = data.get("target") or {}
     for name in target.get("headers") or {}:
         target["headers"][name] = REDACTED

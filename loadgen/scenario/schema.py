@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from loadgen.data import Labels, RequestBody, Unchecked
 from loadgen.scenario.serve import Serve
 from loadgen.scenario.shapes import (
     Dataset,
@@ -107,7 +108,7 @@ class Target(_Model):
     continuous_usage_stats: bool = True
     headers: dict[str, str] = Field(default_factory=dict)
     # merged into every request body (tools, response_format, chat_template_kwargs, top_k, ...)
-    extra_body: dict[str, Any] = Field(default_factory=dict)
+    extra_body: RequestBody = Field(default_factory=dict)
     # the output-length field of chat requests: "auto" sends max_completion_tokens (the
     # current OpenAI name) and max_tokens (what older servers read); completions send max_tokens
     max_tokens_param: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto"
@@ -283,8 +284,8 @@ class Slo(_Model):
 class Override(_Model):
     """Matrix points matching ``when`` (axis -> value or list of values) get ``set`` applied."""
 
-    when: dict[str, Any]
-    set: dict[str, Any]
+    when: Labels  # the matrix values a point must have
+    set: Unchecked  # scenario keys (dotted) -> values
 
 
 class Matrix(_Model):
@@ -292,7 +293,7 @@ class Matrix(_Model):
     is a point, minus ``exclude`` matches, with ``overrides`` applied."""
 
     axes: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
-    exclude: tuple[dict[str, Any], ...] = ()
+    exclude: tuple[Labels, ...] = ()
     overrides: tuple[Override, ...] = ()
 
     @model_validator(mode="before")
@@ -374,7 +375,7 @@ class Scenario(_Model):
                 raise ValueError(
                     "kind single-stream runs at batch 1: drop load.concurrency and load.rate (or set concurrency: 1)"
                 )
-            update: dict[str, Any] = {}
+            update: dict[str, object] = {}
             if "num_prompts" not in w.model_fields_set:
                 update["num_prompts"] = 3
             if "output_tokens" not in w.model_fields_set:

@@ -171,7 +171,7 @@ class EngineOptions(StrictModel):
             return ",".join(str(x) for x in v)
         return str(v) if isinstance(v, int) else v
 
-    def chosen(self) -> dict[str, Any]:
+    def chosen(self) -> dict[str, object]:
         """The options given a value other than their default."""
         return {k: v for k in self.model_fields_set if (v := getattr(self, k)) != type(self).model_fields[k].default}
 

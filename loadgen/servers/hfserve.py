@@ -32,6 +32,7 @@ from typing import Any, get_args
 import orjson
 from prometheus_client.metrics_core import Metric
 
+from loadgen.data import RequestBody
 from loadgen.scenario.serve import Attention, GradMode, LoadIn
 from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
 from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
@@ -133,7 +134,7 @@ class ModelRunner(Runner):
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         self.tokenizer: Any = AutoTokenizer.from_pretrained(model)
-        kwargs: dict[str, Any] = {"attn_implementation": attn}
+        kwargs: dict[str, object] = {"attn_implementation": attn}
         if dtype != "auto":
             kwargs["dtype"] = getattr(torch, dtype)
         if load_in is not None:  # bitsandbytes quantizes the weights as they load (GPU only)
@@ -294,7 +295,7 @@ class TransformersApp(OpenAIApp):
         yield counter("loadgen_engine_prompt_tokens", "prompt tokens of the requests", s.prompt_tokens_total)
         yield counter("loadgen_engine_generation_tokens", "output tokens generated", s.generation_tokens_total)
 
-    def _prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
+    def _prompt_ids(self, body: RequestBody, chat: bool) -> list[int]:
         tok = self.runner.tokenizer
         if chat:
             messages = body.get("messages")
@@ -314,7 +315,7 @@ class TransformersApp(OpenAIApp):
             return list(tok(prompt).input_ids)
         raise ValueError("'prompt' must be a non-empty string or list of token ids")
 
-    def _job(self, body: dict[str, Any], prompt_ids: list[int], emit: Any) -> Job:
+    def _job(self, body: RequestBody, prompt_ids: list[int], emit: Any) -> Job:
         max_tokens = max_tokens_of(body)
         if len(prompt_ids) + max_tokens > self.runner.max_model_len:
             raise ValueError(
@@ -378,11 +379,11 @@ class TransformersApp(OpenAIApp):
         ))
 
     async def _stream(
-        self, send: Any, body: dict[str, Any], chat: bool, events: asyncio.Queue[tuple[str, Any]], n_prompt: int
+        self, send: Any, body: RequestBody, chat: bool, events: asyncio.Queue[tuple[str, Any]], n_prompt: int
     ) -> None:
         options = StreamOptions.of(body)
         include_usage, continuous = options.include_usage, options.continuous
-        base: dict[str, Any] = {
+        base: dict[str, object] = {
             "id": f"cmpl-{uuid.uuid4().hex}", "object": object_name(chat, streamed=True),
             "created": int(time.time()), "model": self.name,
         }
@@ -399,7 +400,7 @@ class TransformersApp(OpenAIApp):
                 return
             delta, n_out, finish = payload
             if chat:
-                choice: dict[str, Any] = {"index": 0, "delta": {"content": delta}, "finish_reason": finish}
+                choice: dict[str, object] = {"index": 0, "delta": {"content": delta}, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
             chunk = base | {"choices": [choice]}

@@ -42,6 +42,7 @@ from typing import Any
 import orjson
 from prometheus_client.metrics_core import CounterMetricFamily, Metric, SummaryMetricFamily
 
+from loadgen.data import RequestBody
 from loadgen.scenario.serve import SimOptions
 from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
 from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
@@ -80,7 +81,7 @@ class SimStats:
     faults: dict[str, int] = field(default_factory=dict)
 
 
-def tokenize_prompt(body: dict[str, Any], chat: bool) -> list[str | int]:
+def tokenize_prompt(body: RequestBody, chat: bool) -> list[str | int]:
     """The simulator's tokenizer: ids are one token each, words one each, and a chat message
     adds its template's tokens (the same in every request, as a real template's are)."""
     if chat:
@@ -335,7 +336,7 @@ class SimApp(OpenAIApp):
     async def _stream(
         self,
         send: Any,
-        body: dict[str, Any],
+        body: RequestBody,
         timing: _Timing,
         chat: bool,
         prompt_tokens: int,

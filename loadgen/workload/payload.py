@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 
+from loadgen.data import RequestBody
 from loadgen.scenario.schema import Sampling, Target
 
 Api = Literal["completions", "chat"]
@@ -63,10 +64,10 @@ def build_payload(
     min_tokens: bool = True,
     continuous_usage_stats: bool = True,
     target: Target | None = None,
-) -> dict[str, Any]:
+) -> RequestBody:
     """The JSON body of one streaming request with its output length forced; the target's
     ``extra_body`` is merged last (it may set any field, the sampling ones included)."""
-    body: dict[str, Any] = {"model": model}
+    body: RequestBody = {"model": model}
     if api == "chat":
         if prompt.messages is not None:
             body["messages"] = list(prompt.messages)
@@ -101,5 +102,5 @@ def build_payload(
     return body
 
 
-def encode_payload(body: dict[str, Any]) -> bytes:
+def encode_payload(body: RequestBody) -> bytes:
     return orjson.dumps(body)

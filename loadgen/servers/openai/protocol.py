@@ -5,9 +5,10 @@ a last chunk with empty choices, cumulative usage per chunk on request)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
+
+from loadgen.data import RequestBody
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
@@ -25,7 +26,7 @@ def error(message: str, kind: str = "BadRequestError") -> bytes:
     return orjson.dumps({"object": "error", "message": message, "type": kind})
 
 
-def request_body(raw: bytes) -> dict[str, Any]:
+def request_body(raw: bytes) -> RequestBody:
     """The JSON object of a request; ``ValueError`` (a 400) for anything else."""
     try:
         body = orjson.loads(raw)
@@ -36,7 +37,7 @@ def request_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def max_tokens_of(body: dict[str, Any]) -> int:
+def max_tokens_of(body: RequestBody) -> int:
     """``max_completion_tokens`` (the chat API's current name), else ``max_tokens``, else 16."""
     value = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
     if value < 1:
@@ -52,7 +53,7 @@ class StreamOptions:
     continuous: bool
 
     @classmethod
-    def of(cls, body: dict[str, Any]) -> StreamOptions:
+    def of(cls, body: RequestBody) -> StreamOptions:
         options = body.get("stream_options") or {}
         include = bool(options.get("include_usage"))
         return cls(include, include and bool(options.get("continuous_usage_stats")))
@@ -69,7 +70,7 @@ def whole_answer(
     completion_tokens: int,
 ) -> bytes:
     """A non-streamed answer: one choice holding the whole text, and its usage."""
-    choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+    choice: dict[str, object] = {"index": 0, "finish_reason": finish}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
     else:
