@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from loadgen.report.charts import save
 from loadgen.report.layouts import model_label, quant_label, software_label
 from loadgen.report.tables import Table
 from loadgen.results.capacity import ERROR_RATE, QUEUE, objective_label
@@ -206,9 +207,7 @@ def plot_capacity(cap: CapacityAnswer, path: Path, title: str) -> Path | None:
         ax.grid(True, alpha=0.3)
     fig.suptitle(f"{title}: {cap.answer}", fontsize=9, wrap=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=110)
 
 
 def write_capacity_plots(summary: Summary, run_dir: Path) -> list[Path]:

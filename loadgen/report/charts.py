@@ -12,6 +12,7 @@ Every axis of a quantity starts at zero, so a change of 0.3% does not fill a pan
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 
 from loadgen.report.layouts import axis_title, axis_value, varying_axes
 from loadgen.results.records import RequestRecord
+from loadgen.results.rundir import write_file
 from loadgen.results.summary import CellSummary, Summary
 
 TIMELINE_MAX = 4000
@@ -40,10 +42,12 @@ def cell_label(cell: CellSummary, axes: list[str]) -> str:
     return ", ".join(parts) or f"cell {cell.number}"
 
 
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+def save(fig: Any, path: Path, dpi: int = 120) -> Path:
+    """The figure into ``path`` (its format from the suffix), written whole or not at all."""
+    image = io.BytesIO()
+    fig.savefig(image, format=path.suffix.lstrip("."), dpi=dpi)
     pyplot().close(fig)
+    write_file(path, image.getvalue())
     return path
 
 
@@ -78,7 +82,8 @@ def plot_load(summary: Summary, path: Path) -> Path | None:
         if len(lines) > 1:
             ax.legend(fontsize=8)
     fig.suptitle(f"{summary.scenario}: throughput against {load}")
-    return _save(fig, path)
+    fig.tight_layout()
+    return save(fig, path)
 
 
 METRICS: tuple[tuple[str, Callable[[RequestRecord], float | None]], ...] = (
@@ -120,7 +125,8 @@ def plot_distributions(summary: Summary, records: list[RequestRecord], path: Pat
     if 1 < len(cells) <= 12:
         axes[0].legend(fontsize=7)
     fig.suptitle(f"{summary.scenario}: latency distributions")
-    return _save(fig, path)
+    fig.tight_layout()
+    return save(fig, path)
 
 
 def plot_timeline(summary: Summary, records: list[RequestRecord], path: Path) -> Path | None:
@@ -159,4 +165,5 @@ def plot_timeline(summary: Summary, records: list[RequestRecord], path: Path) ->
     if 1 < len(order) <= 12:
         ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, axis="x", alpha=0.3)
-    return _save(fig, path)
+    fig.tight_layout()
+    return save(fig, path)

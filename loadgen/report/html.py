@@ -20,7 +20,7 @@ from loadgen.report.plots import write_plots
 from loadgen.report.summary import COLUMNS, console_lines, latency_rows, params_text
 from loadgen.report.tables import Table
 from loadgen.report.views import published_tables
-from loadgen.results.rundir import PROVENANCE, read_json
+from loadgen.results.rundir import PROVENANCE, read_json, write_file
 from loadgen.results.summary import Summary
 
 STYLE = """
@@ -146,7 +146,5 @@ def render_html(summary: Summary, run_dir: Path) -> str:
 
 def write_html(summary: Summary, run_dir: Path) -> Path:
     path = run_dir / "report.html"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(summary, run_dir))
-    tmp.replace(path)
+    write_file(path, render_html(summary, run_dir).encode())
     return path

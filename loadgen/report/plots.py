@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadgen.report.capacity import write_capacity_plots
-from loadgen.report.charts import plot_distributions, plot_load, plot_timeline
+from loadgen.report.charts import plot_distributions, plot_load, plot_timeline, save
 from loadgen.report.charts import pyplot as _pyplot
 from loadgen.report.layouts import (
     ENGINE_LABELS,
@@ -67,9 +67,7 @@ def plot_speed(summary: Summary, path: Path) -> Path | None:
         ax.legend(fontsize=8)
     fig.suptitle(f"{summary.scenario}: single-stream speed (batch 1)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_throughput(summary: Summary, path: Path) -> Path | None:
@@ -98,9 +96,7 @@ def plot_throughput(summary: Summary, path: Path) -> Path | None:
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_latency(summary: Summary, path: Path) -> Path | None:
@@ -133,9 +129,7 @@ def plot_latency(summary: Summary, path: Path) -> Path | None:
         ax.legend()
     fig.suptitle(f"{summary.scenario}: latency against throughput")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def write_plots(summary: Summary, run_dir: Path, out_dir: Path | None = None, suffix: str = "png") -> list[Path]:

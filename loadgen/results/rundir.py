@@ -76,11 +76,16 @@ def safe_name(name: str) -> str:
     return cleaned or "run"
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write atomically (temp file + rename), so a crash never leaves half a file."""
+def write_file(path: Path, data: bytes) -> None:
+    """Write atomically (temp file + rename), so a crash never leaves half a file: every file
+    of a run directory that is rewritten whole (summary, provenance, report, charts) goes here."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.write_bytes(data)
     tmp.replace(path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_file(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 def cell_summary(
@@ -193,7 +198,7 @@ class RunDirWriter:
             raise
 
     def write_scenario(self, scenario: Scenario) -> None:
-        (self.run_dir / SCENARIO).write_text(dump_scenario(scenario))
+        write_file(self.run_dir / SCENARIO, dump_scenario(scenario).encode())
 
     def write_provenance(self, provenance: Provenance) -> None:
         write_json(self.run_dir / PROVENANCE, provenance.to_dict())
@@ -201,7 +206,7 @@ class RunDirWriter:
     def write_summary(self, summary: Summary, report: str | None) -> None:
         write_json(self.run_dir / SUMMARY, summary.to_dict())
         if report is not None:
-            (self.run_dir / REPORT).write_text(report)
+            write_file(self.run_dir / REPORT, report.encode())
 
     def close(self) -> None:
         self.records.close()
