@@ -11,7 +11,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loadgen.errors import TargetError
@@ -106,18 +106,24 @@ def shaped(point: Scenario) -> str | None:
     return None
 
 
-async def measure_window(
-    client: StreamingClient,
-    cell: Cell,
-    pool: RequestPool,
-    seed: int,
-    emit: Callable[[RequestRecord], None],
-    stop: asyncio.Event,
-    started: Callable[[int | None], None],
-    message: Callable[[str], None],
-    health: Callable[[ClientReading], None],
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Where a measured window's results go, and what stops it: each record (``emit``), each
+    client reading (``health``), its start with the requests it plans (``started``), messages
+    for the user, and the event that ends it early."""
+
+    emit: Callable[[RequestRecord], None]
+    health: Callable[[ClientReading], None]
+    started: Callable[[int | None], None]
+    message: Callable[[str], None]
+    stop: asyncio.Event
+
+
+async def measure_window(client: StreamingClient, cell: Cell, pool: RequestPool, seed: int, window: Window) -> None:
+    """A cell's measured requests: from this process, from worker processes, or shaped
+    (sessions, a trace, a ramp-up, stages), with the client's health sampled throughout."""
     point = cell.point
+    emit, stop, started, health = window.emit, window.stop, window.started, window.health
     w, ld = point.workload, point.load
     count = None if ld.duration_s else len(pool)
     workers = resolve_workers(ld.workers)
@@ -126,14 +132,14 @@ async def measure_window(
     arrivals = Arrivals(cell.rate, ld.arrival, ld.burstiness, seed)
     if (shape := shaped(point)) is not None:
         if workers > 1:
-            message(f"{shape} run in one client process (load.workers {ld.workers} is for plain schedules)")
-        await _shaped_window(client, point, cell, pool, seed, emit, stop, started, health)
+            window.message(f"{shape} run in one client process (load.workers {ld.workers} is for plain schedules)")
+        await _shaped_window(client, cell, pool, seed, window)
         return
     if workers > 1:
         jobs = worker_jobs(workers, client.config, pool, count, cell.concurrency, arrivals, ld.duration_s)
         started(count)
         with quiet_gc():
-            await run_workers(jobs, emit=emit, health=health, stop=stop, message=message)
+            await run_workers(jobs, emit=emit, health=health, stop=stop, message=window.message)
         return
     # the connections the window needs, opened (or topped up) right before it, so TTFT holds
     # no connection setup and no idle keep-alive has expired in between
@@ -165,13 +171,10 @@ def quiet_gc() -> Iterator[None]:
         gc.unfreeze()
 
 
-async def _shaped_window(
-    client: StreamingClient, point: Scenario, cell: Cell, pool: RequestPool, seed: int,
-    emit: Callable[[RequestRecord], None], stop: asyncio.Event, started: Callable[[int | None], None],
-    health: Callable[[ClientReading], None],
-) -> None:
+async def _shaped_window(client: StreamingClient, cell: Cell, pool: RequestPool, seed: int, window: Window) -> None:
     """Sessions, a trace, a ramp-up or stages, in this process."""
-    w, ld = point.workload, point.load
+    w, ld = cell.point.workload, cell.point.load
+    emit, stop = window.emit, window.stop
     arrivals = Arrivals(cell.rate, ld.arrival, ld.burstiness, seed)
     sender: Any = client
     plans: list[tuple[LoadPlan, int | None]] = []
@@ -199,8 +202,8 @@ async def _shaped_window(
             plans.append((LoadPlan(pool, offsets, None, step.concurrency, step.duration_s), k))
         total = None
     await client.open_connections(min(cell.concurrency or len(pool), len(pool)))
-    started(total)
-    monitor = ClientMonitor(client.stats, health)
+    window.started(total)
+    monitor = ClientMonitor(client.stats, window.health)
     with quiet_gc():
         monitor.start()
         try:

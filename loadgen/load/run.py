@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.engines.preflight import check_models
 from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, TargetError, UsageError
-from loadgen.load.cell import AbortRule, calibrate, measure_window, warmup
+from loadgen.load.cell import AbortRule, Window, calibrate, measure_window, warmup
 from loadgen.load.client import ClientConfig, StreamingClient
 from loadgen.load.limits import connections_needed, ensure_fd_limit
 from loadgen.load.prepare import (
@@ -156,6 +157,20 @@ def execute(
     return RunResult(run_dir, summary, run.stop_requested, run.abort_reason)
 
 
+@dataclass(frozen=True, slots=True)
+class Measuring:
+    """What every cell of an engine's group is measured with: the client, the scraper of the
+    server's /metrics, the engine loadgen launched (None: a server it was given), the model
+    served, the text calibration, and the server as the tables describe it."""
+
+    client: StreamingClient
+    scraper: MetricsScraper
+    server: LaunchedServer | None
+    model: str
+    calibration: TextCalibration
+    desc: ServerInfo
+
+
 class _Run:
     """The state of one ``execute``: open files, summaries so far, the stop flag."""
 
@@ -292,18 +307,16 @@ class _Run:
                     calibration = await calibrate(client, point, model, self.seed, first.index, self.writer.write)
                     self.provenance.text_calibration(calibration.overhead, calibration.per_word)
                 async with MetricsScraper(base_url) as scraper:
-                    await self._cells(client, scraper, todo, server, model, calibration, desc, stop)
+                    await self._cells(Measuring(client, scraper, server, model, calibration, desc), todo, stop)
         finally:
             self.stop_requested = self.stop_requested or (stop.is_set() and self.abort_reason is None)
             for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
             hangup_interrupts()  # asyncio put SIGHUP back to its default (exit without cleanup)
 
-    async def _cells(
-        self, client: StreamingClient, scraper: MetricsScraper, todo: CellQueue, server: LaunchedServer | None,
-        model: str, calibration: TextCalibration, desc: ServerInfo, stop: asyncio.Event,
-    ) -> None:
+    async def _cells(self, m: Measuring, todo: CellQueue, stop: asyncio.Event) -> None:
         """Measure the cells one after another, until they are done or the engine died."""
+        server, desc = m.server, m.desc
         while not stop.is_set() and (cell := todo.take()) is not None:
             # the cell's records go to disk only (memory stays flat however long the cell);
             # they are read back from where they start once it ends
@@ -336,7 +349,7 @@ class _Run:
             interrupted = False
             refused: str | None = None
             try:
-                await self._measure(client, scraper, server, cell, model, calibration, emit, cell_stop, watch)
+                await self._measure(m, cell, emit, cell_stop, watch)
             except TargetError as exc:
                 if self.plain:
                     raise
@@ -367,12 +380,12 @@ class _Run:
                 return
 
     async def _measure(
-        self, client: StreamingClient, scraper: MetricsScraper, server: LaunchedServer | None, cell: Cell,
-        model: str, calibration: TextCalibration, emit: Callable[[RequestRecord], None], stop: asyncio.Event,
+        self, m: Measuring, cell: Cell, emit: Callable[[RequestRecord], None], stop: asyncio.Event,
         watch: ProbeWatch | None = None,
     ) -> None:
         """One cell with its samples: GPU memory of the engine's processes, the server's /metrics,
         the client's health."""
+        client, scraper, server = m.client, m.scraper, m.server
         def sampled(values: Reading) -> None:
             self.out.samples.write(cell.index, values)
             if watch is not None and isinstance(values, Scrape):
@@ -392,10 +405,8 @@ class _Run:
             await scraper.scrape_once(sampled)
             scraping = asyncio.create_task(scraper.run(sampled, first_done=True))
             try:
-                await measure_window(
-                    client, cell, pool, self.seed, emit, stop, started, self.obs.message,
-                    sampled,
-                )
+                window = Window(emit, sampled, started, self.obs.message, stop)
+                await measure_window(m.client, cell, pool, self.seed, window)
             finally:
                 scraping.cancel()
                 await asyncio.gather(scraping, return_exceptions=True)
@@ -409,7 +420,7 @@ class _Run:
         sources = self._sources(point)
 
         def requests(stream: Stream, count: int | None = None) -> RequestPool:
-            return prepare_requests(cell, model, calibration, self.seed, stream, count=count,
+            return prepare_requests(cell, m.model, m.calibration, self.seed, stream, count=count,
                                     sources=sources, **self.flags)
 
         if cell.search is not None:
