@@ -11,7 +11,9 @@ from pathlib import Path
 import orjson
 
 from loadgen.results.cellstatus import ServerInfo
+from loadgen.results.readings import ClientReading, Scrape
 from loadgen.results.rundir import rebuild_summary
+from loadgen.results.samples import SAMPLES, read_samples
 from loadgen.results.summary import SCHEMA_VERSION, Distribution, Summary
 
 OLD_RUN = Path(__file__).resolve().parents[2] / "data" / "rundir-v1"  # written by loadgen 0.1.0 before typing
@@ -87,3 +89,37 @@ def test_old_run_directory_renders_with_loadgen_report() -> None:
         )
         assert done.returncode == 0, done.stderr
         assert "TTFT" in done.stdout or '"ttft_s"' in done.stdout
+
+
+# written by this version: a capacity search of multi-turn sessions against the simulator
+# (6 probes, per-turn figures, /metrics scrapes and client readings, the launched server)
+NEW_RUN = Path(__file__).resolve().parents[2] / "data" / "rundir-v2"
+
+
+def test_todays_summary_reads_into_types_and_writes_back_identical() -> None:
+    stored = orjson.loads((NEW_RUN / "summary.json").read_bytes())
+    assert stored["schema_version"] == SCHEMA_VERSION
+    summary = Summary.from_dict(stored)
+    assert summary.to_dict() == stored
+    (answer,) = summary.capacity
+    assert (answer.max_meeting_slo, answer.binds_at, answer.limiting_slo) == (4.0, 5.0, ("tpot_ms.p99",))
+    first = summary.cells[0].metrics
+    assert first is not None and first.turns is not None
+    assert [t.value for t in first.turns] == [0, 1]
+    # every session of the first probe ran both turns: its 6 requests per turn
+    assert [t.metrics.requests for t in first.turns] == [6, 6]
+
+
+def test_todays_run_directory_is_re_derived_to_the_same_summary() -> None:
+    stored = orjson.loads((NEW_RUN / "summary.json").read_bytes())
+    assert rebuild_summary(NEW_RUN).to_dict() == stored
+
+
+def test_todays_samples_read_back_as_their_readings() -> None:
+    samples = read_samples(NEW_RUN / SAMPLES)
+    first = samples[0]
+    assert set(first) == {"metrics", "client"}
+    assert all(isinstance(s.values, Scrape) for s in first["metrics"])
+    assert all(isinstance(s.values, ClientReading) for s in first["client"])
+    # the prefix-cache counters the simulator exports, read as counters
+    assert "prefix_cache_queries" in first["metrics"][0].values.counters
