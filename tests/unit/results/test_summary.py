@@ -104,7 +104,8 @@ def test_todays_summary_reads_into_types_and_writes_back_identical() -> None:
     (answer,) = summary.capacity
     assert (answer.max_meeting_slo, answer.binds_at, answer.limiting_slo) == (4.0, 5.0, ("tpot_ms.p99",))
     first = summary.cells[0].metrics
-    assert first is not None and first.turns is not None
+    assert first is not None
+    assert first.turns is not None
     assert [t.value for t in first.turns] == [0, 1]
     # every session of the first probe ran both turns: its 6 requests per turn
     assert [t.metrics.requests for t in first.turns] == [6, 6]
