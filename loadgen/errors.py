@@ -1,6 +1,8 @@
 """loadgen's exceptions, one tree, each class with the exit code the CLI gives it.
 
     LoadgenError                  exit 1: anything loadgen raises on purpose
+    ├── OutputError               a run directory's file could not be written (disk full,
+    │                             read-only, no permission, a link planted in its place)
     ├── UsageError                exit 2: bad input from the user
     │   ├── ScenarioError         a scenario file (or --set) that does not validate
     │   └── RunDirError           a run directory that is missing or unreadable
@@ -21,6 +23,10 @@ class LoadgenError(Exception):
     """Base of every error loadgen raises on purpose; ``str(err)`` is one readable line."""
 
     exit_code = 1
+
+
+class OutputError(LoadgenError):
+    """A file of a run directory could not be written: the message names it and the OS error."""
 
 
 class UsageError(LoadgenError):

@@ -4,7 +4,9 @@ One dispatcher walks the schedule in order: it sleeps until a request's absolute
 waits for a free concurrency slot, then starts the request as a task. ``scheduled_at`` is the
 schedule's time and ``sent_at`` the actual one, so send lag is visible on every record.
 A stop event (Ctrl-C, SIGTERM) ends dispatching and cancels what is in flight; each
-cancelled request is still recorded. The dispatcher works on any slice of the schedule
+cancelled request is still recorded. Every request task is awaited: the first that raised
+(a record that could not be written) ends the load the same way, and is raised once the
+requests in flight have ended. The dispatcher works on any slice of the schedule
 (``indices``), so worker processes can each run a share and their records be merged.
 """
 
@@ -62,6 +64,12 @@ async def run_load(
     indices: Iterator[int] | None = None,
 ) -> int:
     """Send the plan's requests (all, or those in ``indices``); returns how many were sent."""
+    outer = stop
+    stop = asyncio.Event()  # the caller's stop, or a request task that raised
+    if outer.is_set():
+        stop.set()
+    relay = asyncio.ensure_future(_relay(outer, stop))
+    failures: list[BaseException] = []
     sem = asyncio.Semaphore(plan.concurrency) if plan.concurrency else None
     tasks: set[asyncio.Task[None]] = set()
     end_ns = start_ns + int(plan.duration_s * 1e9) if plan.duration_s else None
@@ -76,6 +84,9 @@ async def run_load(
         tasks.discard(task)
         if sem is not None:
             sem.release()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            failures.append(exc)
+            stop.set()
 
     try:
         i = -1
@@ -126,8 +137,16 @@ async def run_load(
                 pending.cancel()
     finally:
         stop_wait.cancel()
+        relay.cancel()
         for task in list(tasks):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+    if failures:
+        raise failures[0]
     return sent
+
+
+async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()

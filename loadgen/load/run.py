@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.engines.preflight import check_models
-from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, TargetError, UsageError
+from loadgen.errors import EngineUnavailable, LaunchError, OutputError, ScenarioError, TargetError, UsageError
 from loadgen.load.cell import AbortRule, Window, calibrate, measure_window, warmup
 from loadgen.load.client import ClientConfig, StreamingClient
 from loadgen.load.limits import connections_needed, ensure_fd_limit
@@ -119,12 +119,12 @@ def execute(
         out = RunDirWriter(run_dir, resume=resume, lock=lock)
         for index in again:  # cells measured again lose their old status line (a search may probe others)
             out.cells.write(CellStatus(index, "set-aside"))
+        if not resume:
+            out.write_scenario(scenario)
+        out.write_provenance(provenance)
     except BaseException:
         lock.unlink(missing_ok=True)
         raise
-    if not resume:
-        out.write_scenario(scenario)
-    out.write_provenance(provenance)
     launched = base_url is None
     n_groups = len(group_cells(cells, launched=launched)) if cells else 0
     n_groups += len({serve_key(line.point) for line in lines}) if launched else int(bool(lines))
@@ -134,16 +134,30 @@ def execute(
     run = _Run(scenario, out, provenance, obs, render_report, lines, len(cells), plain=plain)
     run.sources = sources
     queues = make_queues(cells, lines, finished, list(run.entries.values()), launched=launched)
+    failure: OutputError | None = None  # a file of the run directory that could not be written
     try:
         for n, queue in enumerate(queues):
             while queue.peek() is not None and not run.stop_requested and run.abort_reason is None:
                 run.serve_group(queue, base_url, n, len(queues), single=n_groups == 1 and not finished)
                 if plain and run.engine_death is not None:
                     break
+    except OutputError as exc:
+        failure = exc
     finally:
-        run.close()
-        provenance.ended()
-        out.write_provenance(provenance)
+        try:
+            provenance.lost_records(run.writer.lost)
+            run.close()
+            provenance.ended()
+            out.write_provenance(provenance)
+        except OutputError as exc:  # the disk is still full: said with the first failure
+            failure = exc if failure is None else OutputError(f"{failure}; nor could the summary be written")
+    if failure is not None:
+        lost = run.writer.lost
+        raise OutputError(
+            f"{failure}. The run stopped there"
+            + (f"; {lost} measured requests could not be recorded" if lost else "")
+            + f"; everything written before is in {run_dir}"
+        )
     if plain and run.engine_death is not None:
         how, log, index = run.engine_death
         raise LaunchError(
@@ -204,7 +218,7 @@ class _Run:
         cells = [self.entries[i] for i in sorted(self.entries)]
         return assemble_summary(
             self.scenario, cells, self.lines, model=self.provenance.model, interrupted=self.stop_requested,
-            aborted=self.abort_reason,
+            aborted=self.abort_reason, records_lost=self.writer.lost,
         )
 
     def write_outputs(self) -> None:
@@ -354,6 +368,9 @@ class _Run:
                 if self.plain:
                     raise
                 refused = str(exc)  # a matrix records the cell and goes on
+            except OutputError as exc:
+                refused = f"stopped: {exc}"  # then raised: the run ends
+                raise
             finally:
                 relay.cancel()
                 records = list(read_records(self.run_dir / RECORDS, start))
@@ -386,6 +403,12 @@ class _Run:
         """One cell with its samples: GPU memory of the engine's processes, the server's /metrics,
         the client's health."""
         client, scraper, server = m.client, m.scraper, m.server
+        loop = asyncio.get_running_loop()
+        # a sample that cannot be written (from a thread, a timer) stops the cell; raised below
+        def sample_failed() -> None:
+            loop.call_soon_threadsafe(stop.set)
+
+        self.out.samples.on_failure = sample_failed
         def sampled(values: Reading) -> None:
             self.out.samples.write(cell.index, values)
             if watch is not None and isinstance(values, Scrape):
@@ -442,6 +465,8 @@ class _Run:
             await warmup(client, cell, requests(Stream.WARMUP, point.load.warmup_requests), emit, stop)
         pool = requests(Stream.MEASURED)
         await measured_window()
+        if (failure := self.out.samples.failure) is not None:
+            raise failure
 
     def _sources(self, point: Scenario) -> Sources | None:
         """The cell's dataset or trace (read before the run began)."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from loadgen.errors import OutputError
 from loadgen.load.client import ClientConfig, StreamingClient
 from loadgen.load.dispatch import LoadPlan, Requests, run_load
 from loadgen.load.schedule import Arrivals, concurrency_shares
@@ -128,6 +129,9 @@ async def run_workers(
     ready = 0
     all_ready: asyncio.Future[None] = loop.create_future()
     finished: dict[int, asyncio.Future[None]] = {}
+    failures: list[OutputError] = []
+    ending = asyncio.Event()  # the run's stop, or a record that could not be written
+    relay = asyncio.ensure_future(_relay(stop, ending))
 
     def readable(k: int, conn: Connection) -> None:
         nonlocal ready
@@ -136,7 +140,11 @@ async def run_workers(
                 msg = conn.recv_bytes()
                 tag = msg[:1]
                 if tag == _RECORD:
-                    emit(RequestRecord.from_dict(orjson.loads(msg[1:])))
+                    try:
+                        emit(RequestRecord.from_dict(orjson.loads(msg[1:])))
+                    except OutputError as exc:  # not written: the workers stop, the run says why
+                        failures.append(exc)
+                        ending.set()
                 elif tag == _HEALTH:
                     health(ClientReading.from_dict(orjson.loads(msg[1:])))
                 elif tag == _READY:
@@ -177,9 +185,9 @@ async def run_workers(
                     except OSError:
                         pass
 
-        stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+        stopped: asyncio.Future[Any] = asyncio.ensure_future(ending.wait())
         await asyncio.wait([all_ready, stopped], return_when=asyncio.FIRST_COMPLETED)
-        if stop.is_set():
+        if ending.is_set():
             tell(_STOP)
         else:
             tell(_START + str(time.perf_counter_ns() + int(START_MARGIN_S * 1e9)).encode())
@@ -190,6 +198,7 @@ async def run_workers(
             await done_all
         stopped.cancel()
     finally:
+        relay.cancel()
         for p in pipes:
             try:
                 loop.remove_reader(p.fileno())
@@ -201,6 +210,13 @@ async def run_workers(
                 proc.kill()
         for p in pipes:
             p.close()
+    if failures:
+        raise failures[0]
+
+
+async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
 
 
 def worker_jobs(

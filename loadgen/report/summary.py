@@ -197,6 +197,9 @@ def render_markdown(summary: Summary) -> str:
         parts += ["**Interrupted**: figures cover what was measured before the stop.", ""]
     if summary.aborted:
         parts += [f"**Aborted**: {summary.aborted}.", ""]
+    if summary.records_lost:
+        parts += [f"**Incomplete**: {summary.records_lost} measured requests could not be written to "
+                  "records.jsonl (see the run's error); the figures leave them out.", ""]
     for cell in summary.cells:
         parts += [f"## [{cell.number}] {params_text(cell.params)}", ""]
         if cell.metrics is None:

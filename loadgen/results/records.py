@@ -8,7 +8,6 @@ system-wide on Linux so worker processes share it).
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from typing import Literal
 import orjson
 
 from loadgen.data import Unchecked
+from loadgen.errors import OutputError
+from loadgen.results.files import AppendFile
 
 FailureClass = Literal[
     "http_status",  # the server answered with status >= 400
@@ -134,22 +135,28 @@ class RequestRecord:
 
 
 class RecordWriter:
-    """Appends records to ``records.jsonl`` and flushes each line, so a crash loses none."""
+    """Appends records to ``records.jsonl``, each line with one system call, so a crash loses
+    none. A record that cannot be written (disk full, read-only) raises ``OutputError`` and is
+    counted in ``lost``: the run stops and says so."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file: io.BufferedWriter = path.open("ab")  # noqa: SIM115 - closed in close()
+        self._file = AppendFile(path)
         self.count = 0
+        self.lost = 0
 
     def write(self, record: RequestRecord) -> None:
-        self._file.write(record.to_json())
-        self._file.flush()
+        try:
+            self._file.append(record.to_json())
+        except OutputError:
+            self.lost += 1
+            raise
         self.count += 1
 
     @property
     def position(self) -> int:
         """The byte offset the next record starts at (where a cell's records begin)."""
-        return self._file.tell()
+        return self._file.size
 
     def close(self) -> None:
         self._file.close()

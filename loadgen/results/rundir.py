@@ -29,10 +29,13 @@ import orjson
 import yaml
 
 from loadgen.data import Unchecked
-from loadgen.errors import RunDirError, ScenarioError, UsageError
+from loadgen.errors import OutputError, RunDirError, ScenarioError, UsageError
 from loadgen.results.capacity import capacity_of, probe_entry
 from loadgen.results.cellstatus import CellStatus, ServerInfo
 from loadgen.results.clienthealth import client_health
+from loadgen.results.files import AppendFile, remove_stale, write_file
+
+__all__ = ["write_file"]  # charts and report.html are written through it too
 from loadgen.results.metrics import summarize
 from loadgen.results.provenance import Provenance
 from loadgen.results.records import RecordWriter, RequestRecord, read_records
@@ -74,14 +77,6 @@ def safe_name(name: str) -> str:
     """Letters, digits, ``.``, ``_`` and ``-``; anything else becomes ``_``; no leading dots."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".")[:100]
     return cleaned or "run"
-
-
-def write_file(path: Path, data: bytes) -> None:
-    """Write atomically (temp file + rename), so a crash never leaves half a file: every file
-    of a run directory that is rewritten whole (summary, provenance, report, charts) goes here."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -148,7 +143,7 @@ def cell_summary(
 
 def assemble_summary(
     scenario: Scenario, cells: list[CellSummary], lines: Sequence[SearchLine], *, model: str | None,
-    interrupted: bool, aborted: str | None = None,
+    interrupted: bool, aborted: str | None = None, records_lost: int = 0,
 ) -> Summary:
     """The summary of ``cells``, with the answer of each of the scenario's searches (``lines``,
     expanded once by the caller)."""
@@ -160,7 +155,7 @@ def assemble_summary(
     )
     return Summary(
         scenario=scenario.name, kind=scenario.kind, speed=scenario.speed, model=model, interrupted=interrupted,
-        cells=tuple(cells), aborted=aborted, seed=scenario.seed, capacity=capacity,
+        cells=tuple(cells), aborted=aborted, seed=scenario.seed, capacity=capacity, records_lost=records_lost,
     )
 
 
@@ -184,6 +179,12 @@ class RunDirWriter:
     def __init__(self, run_dir: Path, *, resume: bool = False, lock: Path | None = None) -> None:
         self.lock = lock or claim(run_dir)
         try:
+            for name in (RECORDS, CELLS, SAMPLES):
+                if (run_dir / name).is_symlink():
+                    raise OutputError(
+                        f"{run_dir / name}: is a symbolic link, which loadgen does not follow in a run "
+                        "directory; remove it, or choose another --out"
+                    )
             if not resume and (run_dir / RECORDS).exists():
                 raise UsageError(
                     f"{run_dir}: already holds a run ({RECORDS}); choose another --out, remove it, "
@@ -231,7 +232,7 @@ def claim(run_dir: Path) -> Path:
     lock = run_dir / LOCK
     for _ in range(2):
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
         except FileExistsError:
             try:
                 pid = int(lock.read_text().strip() or "0")
@@ -248,6 +249,7 @@ def claim(run_dir: Path) -> Path:
             raise UsageError(f"--out {run_dir}: cannot write there ({exc.strerror})") from None
         with os.fdopen(fd, "w") as f:
             f.write(f"{os.getpid()}\n")
+        remove_stale(run_dir)  # what a run killed mid-write left
         return lock
     raise UsageError(f"{run_dir}: could not claim the run directory ({LOCK} keeps reappearing)")
 
@@ -266,11 +268,10 @@ class CellStatusLog:
     """Appends one line per finished cell to ``cells.jsonl`` (the resume point of a matrix)."""
 
     def __init__(self, run_dir: Path) -> None:
-        self._file = (run_dir / CELLS).open("ab")  # noqa: SIM115 - closed in close()
+        self._file = AppendFile(run_dir / CELLS)
 
     def write(self, line: CellStatus) -> None:
-        self._file.write(orjson.dumps(line.to_dict()) + b"\n")
-        self._file.flush()
+        self._file.append(orjson.dumps(line.to_dict()) + b"\n")
 
     def close(self) -> None:
         self._file.close()
@@ -312,11 +313,12 @@ def set_aside_records(run_dir: Path, keep: set[int]) -> None:
                 continue  # cut short by a crash
             (kept if orjson.loads(line)["cell"] in keep else aside).append(line)
         if aside:
-            with (run_dir / name.replace(".jsonl", ".set-aside.jsonl")).open("ab") as f:
-                f.writelines(aside)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(b"".join(kept))
-        tmp.replace(path)
+            kept_aside = AppendFile(run_dir / name.replace(".jsonl", ".set-aside.jsonl"))
+            try:
+                kept_aside.append(b"".join(aside))
+            finally:
+                kept_aside.close()
+        write_file(path, b"".join(kept))
 
 
 def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
@@ -351,6 +353,7 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
     return assemble_summary(
         scenario, entries, lines, model=provenance.get("model", stored.get("model")),
         interrupted=bool(stored.get("interrupted", False)), aborted=stored.get("aborted") or None,
+        records_lost=int(provenance.get("records_lost") or 0),
     )
 
 

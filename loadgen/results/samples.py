@@ -20,13 +20,14 @@ import math
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import orjson
 
-from loadgen.errors import RunDirError
+from loadgen.errors import OutputError, RunDirError
+from loadgen.results.files import AppendFile
 from loadgen.results.readings import GpuReading, Histogram, Reading, Scrape, kind_of, reading
 
 SAMPLES = "probes.jsonl"  # the samples file's name in a run directory
@@ -275,19 +276,29 @@ def summarize_gpu(samples: list[Sample], reason: str | None = None) -> GpuMemory
 
 
 class SampleLog:
-    """Appends samples to ``probes.jsonl`` (thread-safe; a line per sample, flushed)."""
+    """Appends samples to ``probes.jsonl`` (thread-safe; a line per sample). Samples come from
+    threads and callbacks that must not raise: a sample that cannot be written is kept as
+    ``failure`` (the first) and ``on_failure`` is called, for the run to stop and say why."""
 
     def __init__(self, path: Path) -> None:
-        self._file = path.open("ab")  # noqa: SIM115 - closed in close()
+        self._file = AppendFile(path)
         self._lock = threading.Lock()
         self._by_cell: dict[int, dict[str, list[Sample]]] = {}
+        self.failure: OutputError | None = None
+        self.on_failure: Callable[[], None] | None = None
 
     def write(self, cell: int, values: Reading) -> None:
         sample = Sample(cell, time.time(), values)
         line = orjson.dumps(sample.to_dict()) + b"\n"
         with self._lock:
-            self._file.write(line)
-            self._file.flush()
+            try:
+                self._file.append(line)
+            except OutputError as exc:
+                first = self.failure is None
+                self.failure = self.failure or exc
+                if first and self.on_failure is not None:
+                    self.on_failure()
+                return
             self._by_cell.setdefault(cell, {}).setdefault(sample.kind, []).append(sample)
 
     def samples(self, cell: int) -> dict[str, list[Sample]]:

@@ -258,6 +258,9 @@ class Summary:
     seed: int | None = None  # what the prompts and arrivals were drawn from
     # capacity searches: their answers, in the order the scenario gives them
     capacity: tuple[CapacityAnswer, ...] = ()
+    # requests measured whose record could not be written (a full or read-only disk): the run
+    # stopped at the first; written only when there were any
+    records_lost: int = 0
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -273,6 +276,8 @@ class Summary:
         }
         if self.aborted is not None:
             out["aborted"] = self.aborted
+        if self.records_lost:
+            out["records_lost"] = self.records_lost
         if self.capacity:
             # one search: its answer; a search per matrix point: a list of them
             answers = [c.to_dict() for c in self.capacity]
@@ -288,6 +293,7 @@ class Summary:
             cells=tuple(CellSummary.from_dict(c) for c in data.get("cells", [])), aborted=data.get("aborted"),
             seed=data.get("seed"),
             capacity=tuple(CapacityAnswer.from_dict(c) for c in _listed(data.get("capacity"))),
+            records_lost=int(data.get("records_lost") or 0),
             schema_version=int(data.get("schema_version", 1)),
         )
 

@@ -24,6 +24,7 @@ from types import FrameType, TracebackType
 import httpx
 
 from loadgen.errors import Interrupted, LaunchError
+from loadgen.results.files import output_error
 from loadgen.scenario.serve import Serve
 
 
@@ -153,7 +154,11 @@ class LaunchedServer:
         check_port(spec)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **spec.env}
-        with self.log_path.open("ab") as log:
+        try:  # never through a link planted where the log belongs
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise output_error(self.log_path, "write the engine's log there", exc) from None
+        with os.fdopen(fd, "ab") as log:
             try:
                 self.proc = subprocess.Popen(
                     spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
