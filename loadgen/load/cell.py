@@ -88,6 +88,8 @@ async def warmup(
             emit(r)
 
         await run_load(client, plan, start_ns=time.perf_counter_ns(), emit=keep, stop=stop)
+        if stop.is_set():
+            return  # stopped: what was sent is on record, and tells nothing of the server
         if (why := unusable(seen, point.target.api)) is not None:
             raise TargetError(why)
 

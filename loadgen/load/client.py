@@ -29,10 +29,12 @@ from urllib.parse import urlsplit
 
 import httptools
 import httpx
+import orjson
 
 from loadgen import __version__
 from loadgen.data import Unchecked
 from loadgen.load.limits import CLIENT_ERRNOS
+from loadgen.load.sidecall import side_call, side_client
 from loadgen.load.stream import Outcome, StreamState, error_snippet
 from loadgen.results.records import FailureClass, RequestRecord
 from loadgen.scenario.schema import Target
@@ -289,13 +291,14 @@ class StreamingClient:
         await asyncio.sleep(0)
 
     async def fetch_models(self) -> Unchecked:
-        """``GET {base_url}/models``; raises ``httpx.HTTPError`` or ``ValueError``."""
-        async with httpx.AsyncClient(
-            trust_env=False, timeout=httpx.Timeout(self._between_s, connect=self._connect_s)
-        ) as http:
-            resp = await http.get(self._models_url, headers=self._headers)
-        resp.raise_for_status()
-        data = resp.json()
+        """``GET {base_url}/models``, bounded in time and size; raises ``httpx.HTTPError`` or
+        ``ValueError`` (``SideCallError`` past a bound)."""
+        async with side_client() as http:
+            status, body = await side_call(http, "GET", self._models_url, what="the model list",
+                                           headers=self._headers)
+        if status >= 400:
+            raise ValueError(f"HTTP {status} {body[:200].decode(errors='replace')}")
+        data = orjson.loads(body)
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
             raise ValueError("not an OpenAI /models answer")
         return data

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from loadgen.load.client import PreparedRequest, StreamingClient
+from loadgen.load.stopping import relay
 from loadgen.results.records import RequestRecord
 
 
@@ -68,7 +69,7 @@ async def run_load(
     stop = asyncio.Event()  # the caller's stop, or a request task that raised
     if outer.is_set():
         stop.set()
-    relay = asyncio.ensure_future(_relay(outer, stop))
+    relaying = asyncio.ensure_future(relay(outer, stop))
     failures: list[BaseException] = []
     sem = asyncio.Semaphore(plan.concurrency) if plan.concurrency else None
     tasks: set[asyncio.Task[None]] = set()
@@ -137,7 +138,7 @@ async def run_load(
                 pending.cancel()
     finally:
         stop_wait.cancel()
-        relay.cancel()
+        relaying.cancel()
         for task in list(tasks):
             task.cancel()
         if tasks:
@@ -145,8 +146,3 @@ async def run_load(
     if failures:
         raise failures[0]
     return sent
-
-
-async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
-    await source.wait()
-    target.set()

@@ -38,6 +38,7 @@ from loadgen.load.serving import (
     place_client,
     serve_key,
 )
+from loadgen.load.stopping import relay, unless_stopped
 from loadgen.load.target import model_context, refused_params, too_long
 from loadgen.results.cellstatus import CellStatus, EarlyStop, SearchProbe, ServerInfo
 from loadgen.results.provenance import LaunchRecord, Provenance
@@ -68,6 +69,7 @@ from loadgen.workload.prompts import (
 )
 
 __all__ = ["Observer", "QuietObserver", "RunResult", "execute"]
+
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -307,7 +309,12 @@ class _Run:
         try:
             config = ClientConfig(target, base_url, clock_base, api_key(target), point.load.new_connection_per_request)
             async with StreamingClient(config) as client:
-                model = await resolve_model(client, base_url, target.model, self.provenance)
+                # a stop is obeyed in every phase: a server that accepts and never answers
+                # holds neither the lookup nor the calibration
+                found = await unless_stopped(stop, resolve_model(client, base_url, target.model, self.provenance))
+                if found is None:
+                    return
+                model = found
                 self.provenance.served_model(model)
                 desc = name_the_model(desc, model, self.provenance.models_answer)
                 self.context = model_context(self.provenance.models_answer, model)
@@ -318,7 +325,11 @@ class _Run:
                 self.out.write_provenance(self.provenance)
                 calibration = TextCalibration()
                 if needs_calibration(point):
-                    calibration = await calibrate(client, point, model, self.seed, first.index, self.writer.write)
+                    measured = await unless_stopped(
+                        stop, calibrate(client, point, model, self.seed, first.index, self.writer.write))
+                    if measured is None:
+                        return
+                    calibration = measured
                     self.provenance.text_calibration(calibration.overhead, calibration.per_word)
                 async with MetricsScraper(base_url) as scraper:
                     await self._cells(Measuring(client, scraper, server, model, calibration, desc), todo, stop)
@@ -339,7 +350,7 @@ class _Run:
             rule = AbortRule(point, stop)
             # the cell's own stop: the run's, or a probe's early stop
             cell_stop = asyncio.Event()
-            relay = asyncio.create_task(_relay(stop, cell_stop))
+            relaying = asyncio.create_task(relay(stop, cell_stop))
             watch = probe_watch(cell, cell_stop.set)
             probe: SearchProbe | None = None
             if cell.search is not None:
@@ -356,7 +367,7 @@ class _Run:
                     watch.add(r)
 
             if self.context is not None and (why := too_long(cell, self.context)) is not None:
-                relay.cancel()
+                relaying.cancel()
                 self.finish_cell(cell, [], "failed", why, desc, probe)
                 todo.finished(cell, self.entries[cell.index])
                 continue
@@ -372,7 +383,7 @@ class _Run:
                 refused = f"stopped: {exc}"  # then raised: the run ends
                 raise
             finally:
-                relay.cancel()
+                relaying.cancel()
                 records = list(read_records(self.run_dir / RECORDS, start))
                 interrupted = stop.is_set() and rule.reason is None
                 early = watch.stopped if watch is not None else None
@@ -477,8 +488,3 @@ class _Run:
         self.out.close()
         if self.entries:
             self.write_outputs()
-
-
-async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
-    await source.wait()
-    target.set()

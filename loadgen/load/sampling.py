@@ -10,10 +10,12 @@ import threading
 from collections.abc import Callable
 
 import httpx
+import orjson
 import psutil
 
 from loadgen.engines.registry import ENGINES
 from loadgen.errors import TargetError
+from loadgen.load.sidecall import side_call, side_client
 from loadgen.results.readings import GpuReading, Reading, Scrape
 from loadgen.results.samples import MetricNames, parse_metrics
 from loadgen.servers.gpus import nvml
@@ -77,6 +79,8 @@ class GpuSampler:
         self._thread.join(timeout=5)
 
 
+METRICS_S = 5.0  # a scrape is taken once a second: one that takes longer is given up
+
 # every engine's metric names, and loadgen's own
 KNOWN = MetricNames.of(*(e.metrics for e in ENGINES))
 
@@ -93,7 +97,7 @@ class MetricsScraper:
         self.interval_s = interval_s
         self.enabled = True
         self.has_peak: bool | None = None
-        self._http = httpx.AsyncClient(timeout=5.0, trust_env=False)
+        self._http = side_client()
 
     async def __aenter__(self) -> MetricsScraper:
         return self
@@ -105,8 +109,9 @@ class MetricsScraper:
         if not self.enabled:
             return None
         try:
-            resp = await self._http.get(self.url)
-            values = parse_metrics(resp.text, KNOWN) if resp.status_code == 200 else None
+            status, body = await side_call(self._http, "GET", self.url, what="the server's /metrics",
+                                           total_s=METRICS_S)
+            values = parse_metrics(body.decode(errors="replace"), KNOWN) if status == 200 else None
         except (httpx.HTTPError, ValueError):
             values = None
         if values is None or values.empty:
@@ -147,8 +152,8 @@ class MetricsScraper:
         if self.has_peak is None:
             await self.scrape()
         if self.has_peak:
-            with contextlib.suppress(httpx.HTTPError):
-                await self._http.post(self.reset_url)
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                await side_call(self._http, "POST", self.reset_url, what="the peak-memory reset", total_s=METRICS_S)
 
     async def reset_prefix_cache(self) -> str:
         """Empty the server's prefix cache (vLLM ``POST /reset_prefix_cache``, SGLang ``POST
@@ -157,15 +162,16 @@ class MetricsScraper:
         for path in ("/reset_prefix_cache", "/flush_cache"):
             for _ in range(20):
                 try:
-                    resp = await self._http.post(self.root + path)
-                except httpx.HTTPError as exc:
+                    status, body = await side_call(self._http, "POST", self.root + path, what=f"POST {path}")
+                except (httpx.HTTPError, ValueError) as exc:
                     raise TargetError(f"load.reset_cache: POST {self.root}{path} failed ({exc})") from exc
-                if resp.status_code in (404, 405):
+                if status in (404, 405):
                     break
-                if resp.status_code >= 400:
-                    raise TargetError(f"load.reset_cache: POST {path}: HTTP {resp.status_code} {resp.text[:200]}")
+                if status >= 400:
+                    text = body[:200].decode(errors="replace")
+                    raise TargetError(f"load.reset_cache: POST {path}: HTTP {status} {text}")
                 with contextlib.suppress(ValueError):
-                    if isinstance(answer := resp.json(), dict) and answer.get("success") is False:
+                    if isinstance(answer := orjson.loads(body), dict) and answer.get("success") is False:
                         await asyncio.sleep(0.25)
                         continue
                 return f"POST {path}"

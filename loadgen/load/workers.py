@@ -30,6 +30,7 @@ from loadgen.load.client import ClientConfig, StreamingClient
 from loadgen.load.dispatch import LoadPlan, Requests, run_load
 from loadgen.load.schedule import Arrivals, concurrency_shares
 from loadgen.load.selfcheck import ClientMonitor
+from loadgen.load.stopping import relay
 from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
 
@@ -131,7 +132,7 @@ async def run_workers(
     finished: dict[int, asyncio.Future[None]] = {}
     failures: list[OutputError] = []
     ending = asyncio.Event()  # the run's stop, or a record that could not be written
-    relay = asyncio.ensure_future(_relay(stop, ending))
+    relaying = asyncio.ensure_future(relay(stop, ending))
 
     def readable(k: int, conn: Connection) -> None:
         nonlocal ready
@@ -198,7 +199,7 @@ async def run_workers(
             await done_all
         stopped.cancel()
     finally:
-        relay.cancel()
+        relaying.cancel()
         for p in pipes:
             try:
                 loop.remove_reader(p.fileno())
@@ -212,11 +213,6 @@ async def run_workers(
             p.close()
     if failures:
         raise failures[0]
-
-
-async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
-    await source.wait()
-    target.set()
 
 
 def worker_jobs(
