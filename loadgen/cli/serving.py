@@ -52,6 +52,7 @@ def sim(
         name = str(first["loc"][0]) if first["loc"] else "faults"
         raise UsageError(f"{flag(name)}: {first['msg'].removeprefix('Value error, ')}") from None
     api_key = os.environ.get(options.api_key_env) if options.api_key_env else None
+    api_key = api_key.strip() if api_key is not None else None  # as a client reads it: no line break
     if options.api_key_env and api_key is None:
         raise UsageError(f"--api-key-env {options.api_key_env}: the variable is not set")
     capacity = "" if options.max_seqs is None else f", at most {options.max_seqs} at once"

@@ -55,7 +55,7 @@ from loadgen.results.rundir import (
 )
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
-from loadgen.scenario.schema import Scenario
+from loadgen.scenario.schema import Scenario, base_url_problem
 from loadgen.servers.cpus import pin, split_cores, usable_cores
 from loadgen.servers.launch import STOP_SIGNALS, LaunchedServer, hangup_interrupts, tail
 from loadgen.workload.payload import api_key
@@ -101,6 +101,8 @@ def execute(
             "or a serve: block"
         )
     if base_url is not None and base_url != scenario.target.base_url:
+        if (why := base_url_problem(base_url)) is not None:
+            raise UsageError(f"--base-url {why}")
         # the server measured is the one on record (scenario.resolved.yaml, each cell's server)
         scenario = scenario.model_copy(update={"target": scenario.target.model_copy(update={"base_url": base_url})})
     scenario = with_run_seed(scenario, run_dir if resume else None, obs)

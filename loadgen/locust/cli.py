@@ -10,6 +10,7 @@ standard library with gevent at import, which loadgen's asyncio side must never 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from types import FrameType
 
 from loadgen.errors import UsageError
 from loadgen.locust.plan import LocustPlan, plan_for
+from loadgen.locust.transport import BASIC_AUTH_ENV, split_userinfo
 from loadgen.scenario.loader import load_scenario
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -53,6 +55,7 @@ def locust_command(args: list[str], *, shape: bool = False, out: Path | None = N
         extra += ["-f", str(locustfile(shape))]
     elif shape:
         raise UsageError("--shape uses loadgen's shape locustfile; drop -f, or add ScenarioSteps to your own file")
+    args = _host_without_userinfo(args)
     if opts.host is None and not opts.worker:
         base_url = plan.scenario.target.base_url
         if base_url is None:
@@ -60,6 +63,9 @@ def locust_command(args: list[str], *, shape: bool = False, out: Path | None = N
                 f"--host: give the server's base URL (e.g. --host http://127.0.0.1:8000/v1), or set "
                 f"target.base_url in {opts.scenario}"
             )
+        base_url, userinfo = split_userinfo(base_url)
+        if userinfo:
+            os.environ[BASIC_AUTH_ENV] = userinfo
         extra += ["--host", base_url]
     if opts.web_host is None and not opts.worker:
         extra += ["--web-host", "127.0.0.1"]
@@ -70,6 +76,26 @@ def locust_command(args: list[str], *, shape: bool = False, out: Path | None = N
             raise UsageError("--out: a worker sends its records to the master; give --out to the master")
         extra += ["--loadgen-out", str(out)]
     return [sys.executable, "-m", "locust", *args, *extra], plan
+
+
+def _host_without_userinfo(args: list[str]) -> list[str]:
+    """``--host http://user:pw@h/v1`` passed on as ``--host http://h/v1``, the user and password
+    handed to the users through the environment: Locust shows its host on its page and in its
+    files, and a process's command line is visible to every user of the machine."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        for flag in ("--host", "-H"):
+            if arg.startswith(flag + "="):
+                url, userinfo = split_userinfo(arg[len(flag) + 1:])
+                out[i] = f"{flag}={url}"
+            elif arg == flag and i + 1 < len(out):
+                url, userinfo = split_userinfo(out[i + 1])
+                out[i + 1] = url
+            else:
+                continue
+            if userinfo:
+                os.environ[BASIC_AUTH_ENV] = userinfo
+    return out
 
 
 def run_child(cmd: list[str]) -> int:

@@ -26,6 +26,7 @@ from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, WorkerReport, lo
 from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, rows_csv
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.provenance import Provenance
+from loadgen.scenario.redact import redact_url
 
 CHARTS_JS = Path(__file__).with_name("llm_tab.js")
 
@@ -61,7 +62,8 @@ def _init(environment: Environment, **_: Any) -> None:
     if out:
         assert STATE.plan is not None
         provenance = Provenance.new(
-            STATE.plan.scenario, client="locust", locust_version=locust_version, base_url=environment.host,
+            STATE.plan.scenario, client="locust", locust_version=locust_version,
+            base_url=environment.host and redact_url(environment.host),
             clock_base_ns=BASE_NS, clock_base_epoch_ns=BASE_EPOCH_NS,
             clock="perf_counter per process; workers' records moved onto the master's clock by wall-clock bases",
         )
@@ -114,7 +116,7 @@ def _users() -> tuple[int, ...]:
 
 
 def _server(environment: Environment) -> ServerInfo:
-    return ServerInfo(base_url=environment.host, model=STATE.model,
+    return ServerInfo(base_url=environment.host and redact_url(environment.host), model=STATE.model,
                       quant=STATE.plan.scenario.target.quant if STATE.plan else None)
 
 
@@ -247,7 +249,7 @@ def _extend_web_ui(environment: Environment) -> None:
     @web_ui.app.route("/llm/scenario")
     @web_ui.auth_required_if_enabled
     def _llm_scenario() -> Any:
-        return jsonify(STATE.describe(environment.host))
+        return jsonify(STATE.describe(environment.host and redact_url(environment.host)))
 
     @web_ui.app.route("/llm/stats/csv")
     @web_ui.auth_required_if_enabled

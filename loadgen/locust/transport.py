@@ -6,9 +6,12 @@ failure classes. Never raises for a failed request.
 
 from __future__ import annotations
 
+import base64
 import itertools
+import os
 import time
 from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import gevent
 import orjson
@@ -53,9 +56,12 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
     """Model, calibration and this process's prompts (stream LOCUST of ``process``: unique in the
     run whatever the seed, made on demand as the users ask for more)."""
     target = plan.scenario.target
-    base = host.rstrip("/")
+    base, userinfo = split_userinfo(host.rstrip("/"))
     url = URL(base + ENDPOINTS[target.api])
     headers = {**auth_headers(target, api_key(target)), "Accept-Encoding": "identity"}
+    userinfo = userinfo or os.environ.get(BASIC_AUTH_ENV)
+    if userinfo and "Authorization" not in headers:  # user:password in the URL: HTTP basic auth, as browsers send it
+        headers["Authorization"] = "Basic " + base64.b64encode(unquote(userinfo).encode()).decode()
     t = target.timeouts
     http = open_client(url, t)
     try:
@@ -75,6 +81,19 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
     cell = Cell(process, plan.input_tokens, plan.output_tokens, None, None, plan.scenario)
     pool = prepare_requests(cell, model, calibration, seed, Stream.LOCUST)
     return Workbench(base, url.request_uri, headers, t, model, pool, calibration)
+
+
+# the user:password of a --host, kept out of Locust's command line and web page, for the users
+BASIC_AUTH_ENV = "LOADGEN_LOCUST_BASIC_AUTH"
+
+
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """``http://user:pw@host/v1`` -> (``http://host/v1``, ``user:pw``); a URL without them as is."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=hostport)), userinfo
 
 
 def open_client(url: URL, t: Timeouts) -> HTTPClient:

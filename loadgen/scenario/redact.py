@@ -4,21 +4,12 @@ module, used by every writer)."""
 
 from __future__ import annotations
 
-import re
-
 import yaml
 
 from loadgen.data import Labels, Unchecked
-from loadgen.scenario.schema import Scenario
+from loadgen.scenario.schema import REDACTED, Scenario, redact_url
 
-REDACTED = "<redacted>"
-# scheme://user:password@host -> scheme://<redacted>@host
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
-
-
-def redact_url(text: str) -> str:
-    """A URL (or any text holding URLs) without the user and password parts."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+__all__ = ["REDACTED", "dump_scenario", "redact_argv", "redact_labels", "redact_url"]
 
 
 def is_header_key(key: str) -> bool:
@@ -58,19 +49,32 @@ def dump_scenario(scenario: Scenario) -> str:
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """A command line with header values given by --set (either form), whole header mappings,
-    and URL passwords replaced."""
+    """A command line with header values given by --set (either form) or by ``bench serve``'s
+    --header (``NAME=VALUE``, one or more after it), whole header mappings, and URL passwords
+    replaced."""
     out = []
-    pending_set = False
+    pending = ""  # the flag whose values come next: --set (one), --header (until the next flag)
     for arg in argv:
         text = arg
         if arg.startswith("--set="):
             text = "--set=" + _redact_set(arg[len("--set="):])
-        elif pending_set:
+        elif arg.startswith("--header="):
+            text = "--header=" + _redact_header(arg[len("--header="):])
+        elif pending == "--set":
             text = _redact_set(arg)
-        pending_set = arg == "--set"
+        elif pending == "--header" and not arg.startswith("-"):
+            text = _redact_header(arg)
+        if arg in ("--set", "--header"):
+            pending = arg
+        elif not (pending == "--header" and not arg.startswith("-")):
+            pending = ""
         out.append(redact_url(text))
     return out
+
+
+def _redact_header(pair: str) -> str:
+    name, sep, _ = pair.partition("=")
+    return f"{name}={REDACTED}" if sep else REDACTED
 
 
 def _redact_set(value: str) -> str:

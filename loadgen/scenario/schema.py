@@ -7,6 +7,7 @@ expands its matrix and sweeps into cells.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -97,6 +98,46 @@ class Timeouts(_Model):
     total_s: float | None = Field(None, gt=0)
 
 
+REDACTED = "<redacted>"
+# scheme://user:password@host, and user:password@host without a scheme
+_USERINFO = re.compile(r"(?P<scheme>(?:[A-Za-z][A-Za-z0-9+.-]*://)|^)(?P<userinfo>[^/@\s]+)@")
+
+
+def redact_url(text: str) -> str:
+    """A URL (or any text holding URLs) without the user and password parts."""
+    return _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why ``url`` is not a server's base URL, in words that never repeat its password; None if it is."""
+    shown = redact_url(url)
+    if not url.startswith(("http://", "https://")):
+        return f"must start with http:// or https:// (got {shown!r})"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port out of range
+    except ValueError as exc:
+        why = "the port must be a number from 1 to 65535" if "port" in str(exc).lower() else f"not a URL ({exc})"
+        return f"{shown}: {why}"
+    if not parts.hostname:
+        return f"{shown}: no host; e.g. http://127.0.0.1:8000/v1"
+    if any(c in url for c in "\r\n\t\0 "):
+        return f"{shown}: a URL holds no spaces or line breaks"
+    return None
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why a header cannot be sent as given (a line break would add headers of its own)."""
+    if any(c in name for c in "\r\n\0:") or not name.strip():
+        return f"header name {name!r}: not a header name"
+    if any(c in value for c in "\r\n\0"):
+        return f"header {name}: its value holds a line break or NUL; give the value alone"
+    if value == REDACTED:
+        return (f"header {name}: {REDACTED} stands where loadgen wrote down a secret; put the value back, "
+                f"or give it with --set target.headers.{name}=VALUE")
+    return None
+
+
 class Target(_Model):
     base_url: str | None = None
     api: Literal["completions", "chat"] = "completions"
@@ -116,17 +157,11 @@ class Target(_Model):
 
     @model_validator(mode="after")
     def _check_url(self) -> Target:
-        url = self.base_url
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https:// (got {url!r})")
-        if url is not None:
-            try:
-                parts = urlsplit(url)
-                parts.port  # noqa: B018 - raises for a port out of range
-            except ValueError:
-                raise ValueError(f"base_url {url!r}: the port must be a number from 1 to 65535") from None
-            if not parts.hostname:
-                raise ValueError(f"base_url {url!r}: no host; e.g. http://127.0.0.1:8000/v1")
+        if self.base_url is not None and (why := base_url_problem(self.base_url)) is not None:
+            raise ValueError(f"base_url {why}")
+        for name, value in self.headers.items():
+            if (why := header_problem(name, value)) is not None:
+                raise ValueError(why)
         return self
 
 

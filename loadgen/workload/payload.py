@@ -12,6 +12,7 @@ from typing import Literal
 import orjson
 
 from loadgen.data import RequestBody
+from loadgen.errors import UsageError
 from loadgen.scenario.schema import Sampling, Target
 
 Api = Literal["completions", "chat"]
@@ -41,8 +42,19 @@ class Prompt:
 
 
 def api_key(target: Target) -> str | None:
-    """The API key, from the environment variable the scenario names (never from the file)."""
-    return os.environ.get(target.api_key_env) if target.api_key_env else None
+    """The API key, from the environment variable the scenario names (never from the file),
+    without the spaces or line break around it that ``echo`` into a file leaves; a key with a
+    line break or control character inside is refused without being shown."""
+    value = os.environ.get(target.api_key_env) if target.api_key_env else None
+    if value is None:
+        return None
+    key = value.strip()
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise UsageError(
+            f"{target.api_key_env}: the API key in this variable holds a line break or control character; "
+            "set it to the key alone"
+        )
+    return key or None
 
 
 def auth_headers(target: Target, key: str | None) -> dict[str, str]:

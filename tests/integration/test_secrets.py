@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+from tests.conftest import StartSim
 
 ROOT = Path(__file__).parents[2]
 
@@ -80,3 +83,103 @@ def test_secrets_given_every_way_are_written_nowhere(start_sim: object, tmp_path
         assert secret not in proc.stdout + proc.stderr
     # the server measured is on record, without its password
     assert b"<redacted>@127.0.0.1" in (out / "scenario.resolved.yaml").read_bytes()
+
+
+def loadgen(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True, text=True, timeout=180,
+                          cwd=ROOT, env={**os.environ, **(env or {})}, check=False)
+
+
+def all_text(*paths: Path) -> bytes:
+    out = b""
+    for p in paths:
+        if p.is_dir():
+            out += everything_written(p)
+        elif p.is_file():
+            out += p.read_bytes()
+    return out
+
+
+def test_a_key_with_the_line_break_echo_leaves_is_sent_without_it_and_shown_nowhere(tmp_path: Path) -> None:
+    key = f"sk-{secrets.token_hex(16)}"
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "newline",
+        "serve": {"backend": "sim", "sim": {"ttft_ms": 5, "itl_ms": 1, "api_key_env": "LOADGEN_TEST_KEY"}},
+        "target": {"api_key_env": "LOADGEN_TEST_KEY"},
+        "workload": {"num_prompts": 3, "input_tokens": 8, "output_tokens": 2},
+    }))
+    proc = run(path, tmp_path / "run", {"LOADGEN_TEST_KEY": key + "\n"})
+    assert proc.returncode == 0, proc.stderr
+    assert "completed 3/3" in proc.stdout  # the simulator took the key: the line break was not sent
+    assert key.encode() not in everything_written(tmp_path / "run")
+    assert key not in proc.stdout + proc.stderr
+    # a line break inside the key: refused in one line that names the variable, not the key
+    proc = run(path, tmp_path / "inside", {"LOADGEN_TEST_KEY": key[:10] + "\n" + key[10:]})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: LOADGEN_TEST_KEY: the API key in this variable holds a line break or control character; "
+        "set it to the key alone")
+    assert key[10:] not in proc.stderr
+
+
+@pytest.mark.parametrize("url", [
+    "http://user:{pw}@[::1", "http://user:{pw}@host:99999/v1", "ftp://user:{pw}@host/v1", "http://user:{pw}@",
+    "user:{pw}@host", "http://user:{pw}@host /v1",
+])
+def test_a_malformed_base_url_is_one_line_without_its_password(tmp_path: Path, url: str) -> None:
+    pw = secrets.token_hex(8)
+    proc = loadgen("run", "--base-url", url.format(pw=pw), "--num-prompts", "2", "--out", str(tmp_path / "run"))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert pw not in proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --base-url ")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_header_value_with_a_line_break_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "crlf", "serve": {"backend": "sim"}, "workload": {"num_prompts": 2, "input_tokens": 8, "output_tokens": 2},
+        "target": {"headers": {"X-Team": "a\r\nX-Injected: 1"}},
+    }))
+    proc = run(path, tmp_path / "run", {})
+    assert proc.returncode == 2, proc.stderr
+    assert "header X-Team: its value holds a line break or NUL; give the value alone" in proc.stderr
+    assert "X-Injected" not in proc.stderr
+    assert not (tmp_path / "run").exists()
+    # a file saved with a header redacted is refused, not sent with the literal placeholder
+    path.write_text(path.read_text().replace("a\\r\\nX-Injected: 1", "<redacted>"))
+    proc = run(path, tmp_path / "run", {})
+    assert proc.returncode == 2, proc.stderr
+    assert "header X-Team: <redacted> stands where loadgen wrote down a secret" in proc.stderr
+
+
+def test_bench_serve_headers_are_redacted_in_provenance(start_sim: StartSim, tmp_path: Path) -> None:
+    url = start_sim(ttft_ms=2, itl_ms=1)
+    secret = f"hdr-{secrets.token_hex(12)}"
+    out = tmp_path / "bench"
+    proc = loadgen("bench", "serve", "--base-url", url.removesuffix("/v1"), "--model", "loadgen-sim",
+                   "--dataset-name", "random", "--random-input-len", "8", "--random-output-len", "2",
+                   "--num-prompts", "3", "--header", f"Authorization=Bearer {secret}", "X-Team=blue",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert secret.encode() not in all_text(out)
+    assert secret not in proc.stdout + proc.stderr
+    assert b"Authorization=<redacted>" in (out / "provenance.json").read_bytes()
+
+
+def test_locust_host_password_is_written_nowhere(start_sim: StartSim, tmp_path: Path) -> None:
+    url = start_sim(ttft_ms=2, itl_ms=1)
+    pw = secrets.token_hex(10)
+    host = url.replace("http://", f"http://tester:{pw}@")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "lc", "workload": {"input_tokens": 8, "output_tokens": 2}}))
+    proc = loadgen("locust", "--scenario", str(path), "--host", host, "--headless", "-u", "2", "-r", "2",
+                   "-t", "3s", "--csv", str(tmp_path / "stats"), "--out", str(tmp_path / "run"), "--only-summary")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = all_text(tmp_path / "run", *tmp_path.glob("stats*"))
+    assert (tmp_path / "run" / "records.jsonl").stat().st_size > 0  # requests were sent and recorded
+    assert pw.encode() not in written
+    assert pw not in proc.stdout + proc.stderr
