@@ -394,7 +394,7 @@ class StreamingClient:
         answer's text is appended to, piece by piece (a multi-turn session sends it back);
         ``hold``: a one-element list that keeps the connection between the calls that share
         it (a session's turns), given back to the pool by ``release``."""
-        st = StreamState(self._first_token_s, self._total_s)
+        st = StreamState(self._first_token_s, self._total_s, req.max_tokens)
         st.answer = answer
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()

@@ -139,6 +139,15 @@ class InvalidUsage(MalformedChunk):
     """Usage with impossible token counts (negative, not an integer, beyond any request)."""
 
 
+def _text(value: object, name: str, data: bytes) -> str:
+    """A chunk's text field: text, or nothing; a number or an object there is malformed."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise MalformedChunk(f"{name} is not text: {data[:80]!r}")
+    return value
+
+
 def parse_chunk(data: bytes) -> Chunk:
     """Read a completions or chat chunk; raises ``MalformedChunk`` for anything else."""
     try:
@@ -155,20 +164,26 @@ def parse_chunk(data: bytes) -> Chunk:
     reasoning = False
     finish = None
     choices = obj.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        raise MalformedChunk(f"choices is not a list: {data[:80]!r}")
     if choices:
         choice = choices[0]
         if not isinstance(choice, dict):
             raise MalformedChunk(f"choice is not an object: {data[:80]!r}")
         delta = choice.get("delta")
         if isinstance(delta, dict):
-            text = delta.get("content") or ""
+            text = _text(delta.get("content"), "delta.content", data)
             if not text:
                 thought = delta.get("reasoning_content") or delta.get("reasoning")
                 if isinstance(thought, str) and thought:
                     text, reasoning = thought, True
+        elif delta is not None:
+            raise MalformedChunk(f"delta is not an object: {data[:80]!r}")
         else:
-            text = choice.get("text") or ""
+            text = _text(choice.get("text"), "text", data)
         finish = choice.get("finish_reason")
+        if finish is not None and not isinstance(finish, str):
+            raise MalformedChunk(f"finish_reason is not text: {data[:80]!r}")
     elif choices is None and "usage" not in obj:
         raise MalformedChunk(f"neither choices nor usage: {data[:80]!r}")
     usage = obj.get("usage")

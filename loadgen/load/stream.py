@@ -24,9 +24,12 @@ class StreamState:
         "sent_ns", "chunk_ns", "chunk_tokens", "cum_tokens", "usage_completion",
         "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
         "first_limit_ns", "total_limit_ns", "first_answer_ns", "reasoning_tokens", "cached_tokens", "answer",
+        "token_limit",
     )
 
-    def __init__(self, first_token_s: float | None = None, total_s: float | None = None) -> None:
+    def __init__(
+        self, first_token_s: float | None = None, total_s: float | None = None, max_tokens: int | None = None,
+    ) -> None:
         """``first_token_s`` / ``total_s``: deadlines checked against each chunk's arrival time
         as well, so a chunk that lands while a busy client's timer is still pending is classed
         by when it came, not by which event the loop happened to run first."""
@@ -50,6 +53,9 @@ class StreamState:
         self.cached_tokens: int | None = None
         # the answer's text, kept only when asked for (a multi-turn session sends it back)
         self.answer: list[str] | None = None
+        # more output tokens than this (max_tokens and a margin for servers that count an end
+        # token or two) no request can have: a usage beyond it is invalid, a stream beyond it overruns
+        self.token_limit = token_limit(max_tokens)
 
     def feed(self, raw: bytes, t: int) -> bool:
         """Bytes read from the body at ``t``; True once the stream is decided (more bytes
@@ -109,6 +115,9 @@ class StreamState:
         if chunk.prompt_tokens is not None:
             self.prompt_tokens = chunk.prompt_tokens
         if chunk.completion_tokens is not None:
+            if self.token_limit is not None and chunk.completion_tokens > self.token_limit:
+                return "usage_invalid", (f"usage.completion_tokens is {chunk.completion_tokens}, beyond "
+                                         f"what max_tokens allows ({self.token_limit} with its margin)")
             self.usage_completion = chunk.completion_tokens
         if chunk.cached_tokens is not None:
             self.cached_tokens = chunk.cached_tokens
@@ -123,6 +132,9 @@ class StreamState:
             # one token per chunk with text; a role-only chat delta carries none
             n = 1 if chunk.text else 0
         if n > 0:
+            if self.token_limit is not None and sum(self.chunk_tokens) + n > self.token_limit:
+                return "overrun", (f"over {self.token_limit} tokens streamed, more than max_tokens allows "
+                                   "with its margin: the stream was ended")
             waited = t - self.sent_ns
             if not self.chunk_ns and self.first_limit_ns is not None and waited > self.first_limit_ns:
                 return "timeout", "first token"
@@ -185,6 +197,12 @@ class StreamState:
             cached_tokens=self.cached_tokens,
             turn=req.turn,
         )
+
+
+def token_limit(max_tokens: int | None) -> int | None:
+    """The most output tokens a request of ``max_tokens`` can report: max_tokens and a margin
+    (servers that count an end token, a tokenizer's special tokens)."""
+    return None if max_tokens is None else max_tokens + max(16, max_tokens // 10)
 
 
 def error_snippet(body: bytes) -> str:

@@ -91,7 +91,7 @@ class LLMUser(User):
         req = bench.pool[next(bench.next_prompt)]  # a new prompt every time, never a repeat
         request_id = next(STATE.request_ids)
         t = bench.timeouts
-        st = StreamState(t.first_token_s, t.total_s)
+        st = StreamState(t.first_token_s, t.total_s, req.max_tokens)
         try:
             error, detail, body_bytes = stream_request(
                 self.http, bench.path, req.body, bench.headers, bench.timeouts, st)
@@ -99,6 +99,9 @@ class LLMUser(User):
             if st.sent_ns:
                 STATE.take(st.record(req, request_id, st.sent_ns, BASE_NS, "cancelled", "run stopped"))
             raise
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the request sent is on record
+            error, detail, body_bytes = "malformed", f"{type(exc).__name__}: {str(exc)[:200]}", 0
+            st.done_ns = st.done_ns or time.perf_counter_ns()
         record = st.record(req, request_id, st.sent_ns, BASE_NS, error, detail)
         end = st.done_ns or time.perf_counter_ns()
         report(self.environment, record, (end - st.sent_ns) / 1e6, body_bytes)

@@ -29,7 +29,8 @@ FailureClass = Literal[
     "stream_cut",  # the body ended or broke before the stream was complete
     "malformed",  # a chunk that is not the JSON an OpenAI-compatible server sends
     "stream_error",  # an error object sent inside a 200 stream
-    "usage_invalid",  # usage with impossible token counts (negative, not a number, absurd)
+    "usage_invalid",  # usage with impossible token counts (negative, not a number, beyond max_tokens)
+    "overrun",  # far more tokens streamed than max_tokens allows: the stream was ended
     "cancelled",  # the run was stopped (Ctrl-C, SIGTERM, abort) while it was in flight
 ]
 

@@ -22,6 +22,9 @@ FAULTS: dict[str, str] = {
     "missing_prefix": "every token chunk sent without its 'data:' prefix, then [DONE]",
     "no_done": "a complete stream (finish_reason set) that ends without [DONE]",
     "usage_mismatch": "a final usage chunk claiming one token more than the chunks carried",
+    "usage_huge": "a final usage chunk claiming a billion output tokens",
+    "wrong_types": "a chunk whose choices is a number, halfway through",
+    "overrun": "tokens without end, past max_tokens, until the client hangs up (no usage per chunk)",
     "slow_ttft": "the first token slow_ttft_s seconds later than configured",
 }
 

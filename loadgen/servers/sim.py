@@ -363,9 +363,11 @@ class SimApp(OpenAIApp):
         step = cfg.tokens_per_chunk
         thinking = cfg.reasoning_tokens  # chunks ending at or before this token are thinking
         shift = 0.0
+        if fault == "overrun":  # a server that ignores max_tokens: on until the client hangs up
+            max_tokens, continuous = max_tokens * 1000, False
         for start in range(0, max_tokens, step):
             end = min(start + step, max_tokens)
-            if start >= half and fault in ("stream_cut", "malformed_json", "stall"):
+            if start >= half and fault in ("stream_cut", "malformed_json", "stall", "wrong_types"):
                 if fault == "stream_cut":
                     _reset(send)
                     return False
@@ -374,6 +376,9 @@ class SimApp(OpenAIApp):
                     fault = None  # the client is expected to give up here; the rest goes unread
                 if fault == "stall":
                     shift, fault = cfg.stall_s, None
+                if fault == "wrong_types":
+                    await send_event(send, head[:head.rindex(b'"choices":[')] + b'"choices":5}')
+                    fault = None
             deadline = timing.start + (end - 1) * timing.itl + shift
             await self._sleep_until(deadline)
             if _hung_up(send):
@@ -402,7 +407,7 @@ class SimApp(OpenAIApp):
             st.chunk_lateness_max_s = max(st.chunk_lateness_max_s, late)
             st.chunk_lateness_min_s = late if st.chunks_timed == 1 else min(st.chunk_lateness_min_s, late)
         if include_usage:
-            claimed = max_tokens + 1 if fault == "usage_mismatch" else max_tokens
+            claimed = {"usage_mismatch": max_tokens + 1, "usage_huge": 10**9}.get(fault or "", max_tokens)
             totals = orjson.dumps({**usage(prompt_tokens, claimed), "prompt_tokens_details": {"cached_tokens": cached}})
             await send_event(send, head + b'],"usage":' + totals + b"}")
         if fault == "no_done":

@@ -55,6 +55,9 @@ MATRIX: dict[str, str | None] = {
     "no_done": None,
     "usage_mismatch": None,
     "slow_ttft": None,
+    "usage_huge": "usage_invalid",  # a billion tokens for a request that may have OUTPUT
+    "wrong_types": "malformed",  # "choices": 5
+    "overrun": "overrun",  # a stream past max_tokens, ended by the client
 }
 
 
@@ -90,7 +93,7 @@ def test_fault_matrix(fault: str, start_sim: StartSim, tmp_path: Path) -> None:
         assert all("injected fault" in (r.error_detail or "") for r in failed)
     if fault == "reset":
         assert all(r.status is None and r.chunk_tokens_total == 0 for r in failed)
-    if fault in ("stall", "malformed_json"):
+    if fault in ("stall", "malformed_json", "wrong_types"):
         # the tokens that arrived before the fault are kept on the record
         assert {r.chunk_tokens_total for r in failed} == {HALF}
         assert all(r.first_token_at is not None for r in failed)
@@ -100,6 +103,11 @@ def test_fault_matrix(fault: str, start_sim: StartSim, tmp_path: Path) -> None:
     if fault == "usage_mismatch":
         # the final usage claims one token more than the chunks carried: visible, per request
         assert metrics["chunk_token_discrepancy"] == {"requests": injected, "tokens": injected}
+    if fault == "usage_huge":
+        assert {r.chunk_tokens_total for r in failed} == {OUTPUT}
+    if fault == "overrun":
+        # ended at the first token beyond max_tokens and its margin, not when the server stopped
+        assert {r.chunk_tokens_total for r in failed} == {OUTPUT + max(16, OUTPUT // 10)}
     if fault == "slow_ttft":
         slow = [r for r in records if (r.first_token_at or 0) - (r.sent_at or 0) > 0.3]
         assert len(slow) == injected

@@ -261,3 +261,19 @@ def test_sigterm_to_loadgen_stops_locust_and_keeps_the_run(start_sim: StartSim, 
     assert measured
     ok = [r for r in measured if r.ok]
     assert summary["cells"][0]["metrics"]["completed"] == len(ok) > 0
+
+
+def test_chunks_of_the_wrong_type_are_recorded_as_malformed(start_sim: StartSim, tmp_path: Path) -> None:
+    # half the streams carry "choices": 5 halfway through: each is a record of class malformed,
+    # and every request the simulator saw has its record
+    base_url = start_sim(ttft_ms=5, itl_ms=1, faults={"wrong_types": 0.5}, fault_seed=3)
+    scenario = write_scenario(tmp_path / "s.yaml", target={"api": "completions"},
+                              workload={"num_prompts": 50, "input_tokens": 16, "output_tokens": 8,
+                                        "prompt": "random-tokens"})
+    headless(scenario, base_url, tmp_path, 4, "4s", 10)
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    classes = Counter(r.error for r in records)
+    assert len(records) == sim_requests(base_url)
+    assert classes["malformed"] > 0
+    assert set(classes) == {None, "malformed"}
+    assert all("choices is not a list" in (r.error_detail or "") for r in records if r.error)
