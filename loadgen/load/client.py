@@ -35,7 +35,7 @@ from loadgen import __version__
 from loadgen.data import Unchecked
 from loadgen.load.limits import CLIENT_ERRNOS
 from loadgen.load.sidecall import side_call, side_client
-from loadgen.load.stream import Outcome, StreamState, error_snippet
+from loadgen.load.stream import Outcome, StreamState, default_total_s, error_snippet
 from loadgen.results.records import FailureClass, RequestRecord
 from loadgen.scenario.schema import Target
 from loadgen.workload.payload import ENDPOINTS, PreparedRequest, auth_headers
@@ -291,11 +291,9 @@ class StreamingClient:
         await asyncio.sleep(0)
 
     async def fetch_models(self) -> Unchecked:
-        """``GET {base_url}/models``, bounded in time and size; raises ``httpx.HTTPError`` or
-        ``ValueError`` (``SideCallError`` past a bound)."""
+        """``GET {base_url}/models``, bounded; raises ``httpx.HTTPError`` or ``ValueError``."""
         async with side_client() as http:
-            status, body = await side_call(http, "GET", self._models_url, what="the model list",
-                                           headers=self._headers)
+            status, body = await side_call(http, "GET", self._models_url, what="the model list", headers=self._headers)
         if status >= 400:
             raise ValueError(f"HTTP {status} {body[:200].decode(errors='replace')}")
         data = orjson.loads(body)
@@ -394,7 +392,8 @@ class StreamingClient:
         answer's text is appended to, piece by piece (a multi-turn session sends it back);
         ``hold``: a one-element list that keeps the connection between the calls that share
         it (a session's turns), given back to the pool by ``release``."""
-        st = StreamState(self._first_token_s, self._total_s, req.max_tokens)
+        total = self._total_s if self._total_s is not None else default_total_s(req.max_tokens)
+        st = StreamState(self._first_token_s, total, req.max_tokens)
         st.answer = answer
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
@@ -428,7 +427,7 @@ class StreamingClient:
                 conn.begin(ex, self._head + b"%d\r\n\r\n" % len(req.body) + req.body)
                 if self._fresh and sent:
                     st.sent_ns = sent
-                timers = self._arm(loop, conn, ex)
+                timers = self._arm(loop, conn, ex, total)
                 error, detail = await done
         except asyncio.CancelledError:
             if conn is not None:
@@ -452,13 +451,16 @@ class StreamingClient:
             st.done_ns = time.perf_counter_ns()  # when it was given up
         emit(st.record(req, request_id, scheduled_ns, self._base, error, detail, self._worker, slot_ns))
 
-    def _arm(self, loop: asyncio.AbstractEventLoop, conn: _Connection, ex: _Exchange) -> list[asyncio.TimerHandle]:
-        """Timers for the deadlines: first token / total from ``sent_at``, and the gap between
-        reads (checked lazily: the timer re-arms itself at the last read plus the limit)."""
+    def _arm(
+        self, loop: asyncio.AbstractEventLoop, conn: _Connection, ex: _Exchange, total: float,
+    ) -> list[asyncio.TimerHandle]:
+        """Timers for the deadlines: first token / total from ``sent_at``, and the gap (re-armed
+        lazily): to complete headers, then between bytes until the first token (keep-alives while
+        a server queues count), then between tokens (comments alone keep no stream alive)."""
         st = ex.st
         handles: list[asyncio.TimerHandle] = []
         start = loop.time()
-        first, total, between = self._first_token_s, self._total_s, self._between_s
+        first, between = self._first_token_s, self._between_s
         limits = [x for x in (first, total) if x is not None]
 
         def deadline() -> None:
@@ -481,9 +483,15 @@ class StreamingClient:
             def gap() -> None:
                 if ex.done.done():
                     return
-                idle = (time.perf_counter_ns() - ex.last_ns) / 1e9
+                if st.status is None:
+                    since, what = st.sent_ns, f"response headers not complete in {between} s (between_tokens_s)"
+                elif st.chunk_ns:
+                    since, what = st.chunk_ns[-1], f"no token for {between} s (between_tokens_s)"
+                else:
+                    since, what = ex.last_ns, f"no data for {between} s (between_tokens_s)"
+                idle = (time.perf_counter_ns() - since) / 1e9
                 if idle >= between:
-                    conn._fail("timeout", f"no data for {between} s (between_tokens_s)")
+                    conn._fail("timeout", what)
                 else:
                     handles.append(loop.call_later(between - idle, gap))
 

@@ -22,7 +22,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 from loadgen.errors import LoadgenError
-from loadgen.load.stream import StreamState
+from loadgen.load.stream import StreamState, default_total_s
 from loadgen.locust import hooks
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log, now_s
 from loadgen.locust.stats import LLM
@@ -91,7 +91,8 @@ class LLMUser(User):
         req = bench.pool[next(bench.next_prompt)]  # a new prompt every time, never a repeat
         request_id = next(STATE.request_ids)
         t = bench.timeouts
-        st = StreamState(t.first_token_s, t.total_s, req.max_tokens)
+        total = t.total_s if t.total_s is not None else default_total_s(req.max_tokens)
+        st = StreamState(t.first_token_s, total, req.max_tokens)
         try:
             error, detail, body_bytes = stream_request(
                 self.http, bench.path, req.body, bench.headers, bench.timeouts, st)
