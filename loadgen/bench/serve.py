@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from loadgen.bench.args import BenchArgs, parse
+from loadgen.errors import AbortedError, Interrupted, TargetError
 from loadgen.load.prepare import QuietObserver
 from loadgen.load.run import execute
 from loadgen.report.progress import ProgressObserver
@@ -98,4 +99,12 @@ def bench_serve(
         message(f"result: {path} (vLLM's layout); run directory: {run_dir}")
     else:
         message(f"run directory: {run_dir}")
+    # the exit codes of loadgen run: 130 stopped, 4 aborted, 3 nothing measured
+    if result.interrupted:
+        raise Interrupted("interrupted: the run directory holds every request measured before the stop")
+    if result.aborted is not None:
+        raise AbortedError(f"aborted: {result.aborted}; the run directory holds every request measured")
+    if not any(r.ok and r.first_token_at is not None for r in records if not r.warmup):
+        raise TargetError("no request succeeded: the server could not serve this benchmark "
+                          "(the failures are in the run directory's records.jsonl)")
     return data

@@ -225,6 +225,14 @@ def claim(run_dir: Path) -> Path:
     killed outright) is taken over."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"--out {run_dir}: is a file, not a directory; choose another --out")
+    if run_dir.is_dir() and not any((run_dir / name).exists() or (run_dir / name).is_symlink()
+                                     for name in (RECORDS, PROVENANCE, LOCK)):
+        # a directory of the user's own: its report.md, summary.json... are not loadgen's to replace
+        if others := sorted(p.name for p in run_dir.iterdir())[:3]:
+            raise UsageError(
+                f"--out {run_dir}: holds files that are not a run's ({', '.join(others)}); choose a new or empty "
+                "directory"
+            )
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

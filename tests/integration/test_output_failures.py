@@ -122,12 +122,14 @@ def test_links_planted_in_the_run_directory_are_not_followed(start_sim: StartSim
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
     out = tmp_path / "run"
-    out.mkdir()
-    # where a whole-file write would stage its temporary file, and the report: replaced, not written through
+    args = ("run", "--base-url", url, "--num-prompts", "4", "--input-len", "8", "--output-len", "2", "--out", str(out))
+    assert loadgen(*args).returncode == 0
+    # planted in a run directory, where a whole-file write stages its temporary file, and the
+    # report: replaced when the run is continued, never written through
     (out / "summary.json.tmp").symlink_to(victim)
+    (out / "report.md").unlink()
     (out / "report.md").symlink_to(victim)
-    proc = loadgen("run", "--base-url", url, "--num-prompts", "4", "--input-len", "8", "--output-len", "2",
-                   "--out", str(out))
+    proc = loadgen(*args[:-2], "--resume", str(out))
     assert proc.returncode == 0, proc.stderr
     assert victim.read_text() == "keep me\n"
     assert not (out / "report.md").is_symlink()
@@ -136,7 +138,7 @@ def test_links_planted_in_the_run_directory_are_not_followed(start_sim: StartSim
     # a link where an appended file belongs is refused, by name, before anything is measured
     out2 = tmp_path / "run2"
     out2.mkdir()
-    (out2 / "records.jsonl").symlink_to(victim)
+    (out2 / "records.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
     proc = loadgen("run", "--base-url", url, "--num-prompts", "4", "--input-len", "8", "--output-len", "2",
                    "--out", str(out2))
     assert proc.returncode != 0
@@ -144,3 +146,35 @@ def test_links_planted_in_the_run_directory_are_not_followed(start_sim: StartSim
     assert "symbolic link" in proc.stderr
     assert victim.read_text() == "keep me\n"
 
+
+
+def test_a_directory_of_the_users_own_is_not_written_into(tmp_path: Path) -> None:
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "report.md").write_text("my own report\n")
+    proc = loadgen("run", "--base-url", "http://127.0.0.1:9/v1", "--num-prompts", "2", "--out", str(mine))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: --out {mine}: holds files that are not a run's (report.md); choose a new or empty directory")
+    assert (mine / "report.md").read_text() == "my own report\n"
+    assert sorted(p.name for p in mine.iterdir()) == ["report.md"]
+
+
+def test_report_into_a_full_disk_is_one_line_and_leaves_nothing_half_written(
+    start_sim: StartSim, tmp_path: Path,
+) -> None:
+    url = start_sim(ttft_ms=2, itl_ms=1)
+    with small_tmpfs(tmp_path / "disk", "400k") as disk:
+        out = disk / "run"
+        assert loadgen("run", "--base-url", url, "--num-prompts", "2", "--input-len", "8", "--output-len", "2",
+                       "--out", str(out)).returncode == 0
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        with contextlib.suppress(OSError), (disk / "ballast").open("wb") as f:
+            f.write(b"\0" * (400 * 1024))  # every byte left
+        for flag in ("--html", "--plot"):
+            proc = loadgen("report", str(out), flag)
+            assert proc.returncode == 1, proc.stderr
+            assert "No space left on device (ENOSPC)" in proc.stderr.strip().splitlines()[-1]
+            assert "Traceback" not in proc.stderr
+            # no temporary file, no empty chart, nothing of the run touched
+            assert {p.name: p.read_bytes() for p in out.iterdir()} == before
