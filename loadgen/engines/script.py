@@ -23,13 +23,19 @@ def _program(argv0: str) -> str:
     return shlex.quote(argv0)
 
 
+def _one_line(text: str) -> str:
+    """Text for a ``#`` comment: a line break in an argument would end the comment and run the
+    rest as a command, so line breaks are written as ``\\n``."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def launch_script(launch: LaunchSpec, command: str, about: str) -> str:
     """``#!/usr/bin/env bash``, the loadgen command that wrote it, what it starts, the
     environment as exports, then ``exec`` of the engine (extra arguments appended)."""
     lines = [
         "#!/usr/bin/env bash",
-        f"# {command}",
-        f"# {about}",
+        f"# {_one_line(command)}",
+        f"# {_one_line(about)}",
         f"# Serves an OpenAI-compatible API at {launch.base_url}; extra arguments go to the engine.",
         "set -euo pipefail",
     ]

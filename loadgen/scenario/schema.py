@@ -89,13 +89,16 @@ class _Model(StrictModel):
     pass
 
 
+MAX_SECONDS = 1e7  # any duration or time limit: about four months, far past any run
+
+
 class Timeouts(_Model):
     """Client timeouts in seconds; ``None`` disables one."""
 
-    connect_s: float | None = Field(10.0, gt=0)
-    first_token_s: float | None = Field(None, gt=0)
-    between_tokens_s: float | None = Field(120.0, gt=0)
-    total_s: float | None = Field(None, gt=0)
+    connect_s: float | None = Field(10.0, gt=0, le=MAX_SECONDS)
+    first_token_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    between_tokens_s: float | None = Field(120.0, gt=0, le=MAX_SECONDS)
+    total_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
 
 
 REDACTED = "<redacted>"
@@ -251,7 +254,7 @@ class Load(_Model):
     arrival: Literal["poisson", "constant", "gamma"] = "poisson"
     burstiness: float = Field(1.0, gt=0)
     warmup_requests: int = Field(1, ge=0)
-    duration_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     # end the run early (exit 4) once this share of a cell's finished requests failed ...
     abort_on_error_rate: float | None = Field(None, gt=0, le=1)
     # ... counted from this many finished requests on

@@ -112,7 +112,7 @@ class MultiTurn(_Model):
     ``num_prompts`` counts sessions; concurrency counts sessions in flight; rate starts sessions."""
 
     turns: int = Field(..., ge=1)
-    think_time_s: float = Field(0.0, ge=0)
+    think_time_s: float = Field(0.0, ge=0, le=1e7)
     # a system prompt of this many tokens opening each session (its own content, per session)
     system_tokens: int = Field(0, ge=0)
 
@@ -140,7 +140,7 @@ class RampUp(_Model):
 class Stage(_Model):
     """One stage of a staged load: ``duration_s`` at a ``rate`` and/or a ``concurrency``."""
 
-    duration_s: float = Field(..., gt=0)
+    duration_s: float = Field(..., gt=0, le=1e7)
     rate: float | None = Field(None, gt=0)
     concurrency: int | None = Field(None, ge=1)
 

@@ -42,6 +42,9 @@ def one_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -
     ("load: {abort_on_error_rate: 1.5}\n", "load.abort_on_error_rate -> Input should be less than or equal to 1"),
     ("serve: {backend: sim, sim: {faults: {meltdown: 0.1}}}\n", "unknown fault 'meltdown'"),
     ("load: [1, 2]\n", "load -> Input should be a valid dictionary"),
+    # times past any run: a clear bound, not an overflow deep in the event loop
+    ("target: {timeouts: {total_s: 1e300}}\n", "target.timeouts.total_s -> Input should be less than or equal to"),
+    ("load: {duration_s: 1e300}\n", "load.duration_s -> Input should be less than or equal to 10000000"),
 ])
 def test_bad_scenario_files(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "s.yaml"

@@ -67,3 +67,26 @@ def test_script_runs_as_written(tmp_path: Path) -> None:
     assert devices == "0,1"
     assert args.startswith("serve Qwen/Qwen2-57B-A14B-Instruct ")
     assert args.endswith(" --seed 1")
+
+
+def test_a_line_break_in_an_argument_stays_inside_the_comment(tmp_path: Path) -> None:
+    # the served name is any text: a line break in it must not end the `#` line and run the rest
+    marker = tmp_path / "ran"
+    name = f"m\ntouch {marker}\n"
+    done = subprocess.run(
+        [sys.executable, "-m", "loadgen", "serve", "tiny", "--backend", "vllm", "--served-model-name", name,
+         "--script"], capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / "s.sh"
+    script.write_text(done.stdout)
+    assert done.stdout.splitlines()[1].startswith("# loadgen serve tiny")
+    assert "\\ntouch" in done.stdout.splitlines()[1]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for program in ("vllm", "python3"):  # whatever the script execs: a stand-in that says it ran
+        (fake / program).write_text('#!/usr/bin/env bash\necho ran\n')
+        (fake / program).chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "PYTHON": str(fake / "python3")}
+    subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert not marker.exists()
