@@ -222,7 +222,7 @@ class _Run:
         cells = [self.entries[i] for i in sorted(self.entries)]
         return assemble_summary(
             self.scenario, cells, self.lines, model=self.provenance.model, interrupted=self.stop_requested,
-            aborted=self.abort_reason, records_lost=self.writer.lost,
+            aborted=self.abort_reason, records_lost=self.writer.lost, resumed=self.provenance.times_resumed,
         )
 
     def write_outputs(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,8 @@ def _prescan(args: list[str]) -> argparse.Namespace:
     pre.add_argument("-H", "--host")
     pre.add_argument("-f", "--locustfile")
     pre.add_argument("--web-host")
+    pre.add_argument("--web-port", type=int, default=8089)
+    pre.add_argument("--headless", action="store_true")
     pre.add_argument("--loadgen-out")
     pre.add_argument("--worker", action="store_true")
     known, _ = pre.parse_known_args(args)
@@ -69,6 +72,8 @@ def locust_command(args: list[str], *, shape: bool = False, out: Path | None = N
         extra += ["--host", base_url]
     if opts.web_host is None and not opts.worker:
         extra += ["--web-host", "127.0.0.1"]
+    if not opts.headless and not opts.worker:
+        _port_free(opts.web_host or "127.0.0.1", opts.web_port)
     if out is not None:
         if opts.loadgen_out is not None:
             raise UsageError("--out and --loadgen-out name the same run directory; give one")
@@ -76,6 +81,18 @@ def locust_command(args: list[str], *, shape: bool = False, out: Path | None = N
             raise UsageError("--out: a worker sends its records to the master; give --out to the master")
         extra += ["--loadgen-out", str(out)]
     return [sys.executable, "-m", "locust", *args, *extra], plan
+
+
+def _port_free(host: str, port: int) -> None:
+    """The web UI's port is free: two web UIs on one port would leave the second unreachable."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Locust binds: a closed UI's port is free
+        try:
+            s.bind((host if host not in ("", "*") else "0.0.0.0", port))  # noqa: S104 - the user's own --web-host
+        except OSError as exc:
+            raise UsageError(
+                f"--web-port {port}: {host}:{port} is in use ({exc.strerror}; another Locust?); give another --web-port"
+            ) from None
 
 
 def _host_without_userinfo(args: list[str]) -> list[str]:

@@ -136,6 +136,8 @@ def render_html(summary: Summary, run_dir: Path) -> str:
         f"<p>Model <code>{_e(summary.model or 'unknown')}</code>; {len(summary.cells)} cells; "
         f"re-derived from <code>{_e(run_dir.name)}/records.jsonl</code>.</p>"
         + (interrupted if summary.interrupted else "")
+        + (f"<p><strong>Resumed</strong>: continued {summary.resumed} time(s) after a stop; finished cells "
+           "were kept.</p>" if summary.resumed else "")
         + (f"<p><strong>Incomplete</strong>: {summary.records_lost} measured requests could not be written to "
            "records.jsonl; the figures leave them out.</p>" if summary.records_lost else "")
         + "<h2>Tables</h2>" + "".join(tables) + lines

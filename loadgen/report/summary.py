@@ -195,6 +195,9 @@ def render_markdown(summary: Summary) -> str:
         parts += [f"Model: `{summary.model}`", ""]
     if summary.interrupted:
         parts += ["**Interrupted**: figures cover what was measured before the stop.", ""]
+    if summary.resumed:
+        times = "once" if summary.resumed == 1 else f"{summary.resumed} times"
+        parts += [f"**Resumed**: the run was continued {times} after a stop; finished cells were kept.", ""]
     if summary.aborted:
         parts += [f"**Aborted**: {summary.aborted}.", ""]
     if summary.records_lost:

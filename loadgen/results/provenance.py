@@ -154,6 +154,11 @@ class Provenance:
         return model if isinstance(model, str) else None
 
     @property
+    def times_resumed(self) -> int:
+        resumed = self._data.get("resumed_wall")
+        return len(resumed) if isinstance(resumed, list) else 0
+
+    @property
     def models_answer(self) -> object:
         return self._data.get("server_models")
 

@@ -261,6 +261,7 @@ class Summary:
     # requests measured whose record could not be written (a full or read-only disk): the run
     # stopped at the first; written only when there were any
     records_lost: int = 0
+    resumed: int = 0  # how many times the run was continued (--resume) after a stop
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -278,6 +279,8 @@ class Summary:
             out["aborted"] = self.aborted
         if self.records_lost:
             out["records_lost"] = self.records_lost
+        if self.resumed:
+            out["resumed"] = self.resumed
         if self.capacity:
             # one search: its answer; a search per matrix point: a list of them
             answers = [c.to_dict() for c in self.capacity]
@@ -293,7 +296,7 @@ class Summary:
             cells=tuple(CellSummary.from_dict(c) for c in data.get("cells", [])), aborted=data.get("aborted"),
             seed=data.get("seed"),
             capacity=tuple(CapacityAnswer.from_dict(c) for c in _listed(data.get("capacity"))),
-            records_lost=int(data.get("records_lost") or 0),
+            records_lost=int(data.get("records_lost") or 0), resumed=int(data.get("resumed") or 0),
             schema_version=int(data.get("schema_version", 1)),
         )
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 
 from loadgen.results.records import read_records
+from loadgen.results.rundir import rebuild_summary
 from tests.e2e.test_engines import engine_gone, loadgen, popen, scenario
 from tests.reference import parse_grid
 
@@ -166,6 +167,11 @@ def test_resume_after_ctrl_c_finishes_without_redoing_finished_cells(tmp_path: P
     aside = list(read_records(run_dir / "records.set-aside.jsonl"))
     assert sum(not r.warmup for r in aside) == partial
     assert all(r.cell == 1 for r in aside)
+    # the run says it was continued, in its summary and its report, and re-derives it so
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    assert summary["resumed"] == 1
+    assert "**Resumed**: the run was continued once after a stop" in (run_dir / "report.md").read_text()
+    assert rebuild_summary(run_dir).resumed == 1
     # a resume with another scenario is refused
     other = loadgen("run", str(path), "--resume", str(run_dir), "--set", "workload.num_prompts=5")
     assert other.returncode == 2

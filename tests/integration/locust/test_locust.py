@@ -277,3 +277,21 @@ def test_chunks_of_the_wrong_type_are_recorded_as_malformed(start_sim: StartSim,
     assert classes["malformed"] > 0
     assert set(classes) == {None, "malformed"}
     assert all("choices is not a list" in (r.error_detail or "") for r in records if r.error)
+
+
+def test_a_second_web_ui_on_a_taken_port_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        scenario = write_scenario(tmp_path / "s.yaml")
+        proc = locust("--scenario", str(scenario), "--host", "http://127.0.0.1:9/v1", "--web-port", str(port),
+                      timeout=60)
+    finally:
+        taken.close()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: --web-port {port}: 127.0.0.1:{port} is in use")
