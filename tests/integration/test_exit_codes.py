@@ -6,13 +6,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from tests.conftest import StartSim
+from tests.rawserver import MODELS_ANSWER, RawServer, is_models
 
 ROOT = Path(__file__).parents[2]
-MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "test"}]}'
 
 
 def loadgen(*args: str) -> subprocess.CompletedProcess[str]:
@@ -33,35 +32,20 @@ def test_bench_serve_exits_3_when_every_request_failed(start_sim: StartSim, tmp_
 
 
 def test_a_run_whose_streams_carry_no_token_exits_3(tmp_path: Path) -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    port = sock.getsockname()[1]
-    empty = b"data: [DONE]\n\n"
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    def answer(conn: socket.socket) -> None:
-        with conn:
+    class Empty(RawServer):  # every stream a 200 that ends at once: [DONE], no token
+        def serve(self, conn: socket.socket) -> None:
+            empty = b"data: [DONE]\n\n"
             while head := conn.recv(65536):
-                if b"/models" in head.split(b"\r\n")[0]:
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(MODELS), MODELS))
-                else:  # a 200 event stream that ends at once
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (len(empty), empty))
+                conn.sendall(MODELS_ANSWER if is_models(head) else
+                             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(empty), empty))
 
-    threading.Thread(target=serve, daemon=True).start()
+    server = Empty()
     try:
-        proc = loadgen("run", "--base-url", f"http://127.0.0.1:{port}/v1", "--num-prompts", "3",
+        proc = loadgen("run", "--base-url", server.base_url, "--num-prompts", "3",
                        "--set", "workload.prompt=random-tokens", "--set", "load.warmup_requests=0",
                        "--out", str(tmp_path / "run"))
     finally:
-        sock.close()
+        server.close()
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "no request streamed a token (3 streams ended without one)" in proc.stderr

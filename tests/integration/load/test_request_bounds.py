@@ -4,7 +4,6 @@ a stream alive once tokens flowed, and a stream past max_tokens is ended (``over
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,60 +14,37 @@ from loadgen.load.run import execute
 from loadgen.load.stream import default_total_s
 from loadgen.results.records import read_records
 from loadgen.scenario.loader import parse_scenario
+from tests.rawserver import MODELS_ANSWER, RawServer, is_models
 
-MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "test"}]}'
 TOKEN = b'data: {"choices": [{"index": 0, "text": " a", "finish_reason": null}]}\n\n'
 
 
-class Misbehaving:
+class Misbehaving(RawServer):
     """``drip_headers``: the status line a byte every 0.3 s; ``token_then_comments``: one token,
     then an SSE comment every 0.2 s without end."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.closing = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
+    def serve(self, conn: socket.socket) -> None:
+        while not self.closing.is_set():
+            head = conn.recv(65536)
+            if not head:
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                while not self.closing.is_set():
-                    head = conn.recv(65536)
-                    if not head:
+            if is_models(head):
+                conn.sendall(MODELS_ANSWER)
+                continue
+            if self.mode == "drip_headers":
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n":
+                    if self.closing.wait(0.3):
                         return
-                    if b"/models" in head.split(b"\r\n")[0]:
-                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(MODELS)).encode()
-                                     + b"\r\n\r\n" + MODELS)
-                        continue
-                    if self.mode == "drip_headers":
-                        for byte in b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n":
-                            if self.closing.wait(0.3):
-                                return
-                            conn.sendall(bytes([byte]))
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                 b"Transfer-Encoding: chunked\r\n\r\n")
-                    conn.sendall(b"%x\r\n%s\r\n" % (len(TOKEN), TOKEN))
-                    comment = b": keep-alive\n\n"
-                    while not self.closing.wait(0.2):
-                        conn.sendall(b"%x\r\n%s\r\n" % (len(comment), comment))
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.closing.set()
-        self.sock.close()
+                    conn.sendall(bytes([byte]))
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            conn.sendall(b"%x\r\n%s\r\n" % (len(TOKEN), TOKEN))
+            comment = b": keep-alive\n\n"
+            while not self.closing.wait(0.2):
+                conn.sendall(b"%x\r\n%s\r\n" % (len(comment), comment))
 
 
 @pytest.fixture

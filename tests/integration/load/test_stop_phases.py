@@ -16,52 +16,28 @@ from pathlib import Path
 import pytest
 
 from loadgen.load.sidecall import SideCallError, side_call, side_client
+from tests.rawserver import MODELS_ANSWER, RawServer, is_models
 
 ROOT = Path(__file__).parents[3]
-MODELS = b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "test"}]}'
-
-
-class Stubborn:
-    """A server on loopback: ``silent`` reads a request and never answers; ``drip`` sends its
-    status line a byte a second; ``models`` answers the model list and is silent on the rest."""
+class Stubborn(RawServer):
+    """``silent`` reads a request and never answers; ``drip`` sends its status line a byte a
+    second; ``models`` answers the model list and is silent on the rest."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.closing = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while not self.closing.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                head = conn.recv(65536)
-                if self.mode == "models" and head.startswith(b"GET ") and b"/models" in head.split(b"\r\n")[0]:
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                                 + str(len(MODELS)).encode() + b"\r\n\r\n" + MODELS)
-                    head = conn.recv(65536)
-                if self.mode == "drip":
-                    for byte in b"HTTP/1.1 200 OK\r\n":
-                        if self.closing.wait(1.0):
-                            return
-                        conn.sendall(bytes([byte]))
-                self.closing.wait(600)
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.closing.set()
-        self.sock.close()
+    def serve(self, conn: socket.socket) -> None:
+        head = conn.recv(65536)
+        if self.mode == "models" and is_models(head):
+            conn.sendall(MODELS_ANSWER)
+            head = conn.recv(65536)
+        if self.mode == "drip":
+            for byte in b"HTTP/1.1 200 OK\r\n":
+                if self.closing.wait(1.0):
+                    return
+                conn.sendall(bytes([byte]))
+        self.closing.wait(600)
 
 
 @pytest.fixture
