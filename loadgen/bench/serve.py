@@ -19,7 +19,7 @@ from loadgen.results.records import read_records
 from loadgen.results.rundir import RECORDS, default_run_dir
 from loadgen.results.vllm_result import VllmResult, result_text, vllm_result
 from loadgen.scenario.loader import parse_scenario, resolve_files
-from loadgen.scenario.redact import dump_scenario
+from loadgen.scenario.redact import dump_scenario, header_variables
 from loadgen.scenario.schema import Scenario
 
 
@@ -69,8 +69,10 @@ def bench_serve(
     b = parse(argv)
     sc = scenario_of(b)
     if b.ns.save_scenario:
-        Path(b.ns.save_scenario).write_text(dump_scenario(sc))
-        message(f"scenario written to {b.ns.save_scenario} (loadgen run {b.ns.save_scenario} measures the same)")
+        Path(b.ns.save_scenario).write_text(dump_scenario(sc, references=True))
+        needs = header_variables(sc)
+        message(f"scenario written to {b.ns.save_scenario} (loadgen run {b.ns.save_scenario} measures the same"
+                + (f"; it reads its headers from {', '.join(needs)}: set them first)" if needs else ")"))
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     planned = result_filename(b, sc.target.model, stamp) if b.ns.save_result else None
     run_dir = Path(b.ns.out) if b.ns.out else (planned.with_suffix("") if planned else default_run_dir(sc))

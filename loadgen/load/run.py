@@ -58,7 +58,7 @@ from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
 from loadgen.scenario.schema import Scenario, base_url_problem
 from loadgen.servers.cpus import pin, split_cores, usable_cores
 from loadgen.servers.launch import STOP_SIGNALS, LaunchedServer, hangup_interrupts, tail
-from loadgen.workload.payload import api_key
+from loadgen.workload.payload import api_key, auth_headers
 from loadgen.workload.prompts import (
     RequestPool,
     Sources,
@@ -109,6 +109,7 @@ def execute(
     cells = expand_cells(scenario)
     lines = search_lines(scenario)
     check_models(scenario, scenario.name)
+    auth_headers(scenario.target, None)  # a header read from a variable that is not set: said now
     ensure_fd_limit(connections_needed(cells, lines))
     # datasets and traces are read (and checked) before the run directory is touched
     sources = read_all_sources([c.point for c in cells] + [line.point for line in lines],

@@ -4,10 +4,12 @@ module, used by every writer)."""
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
 from loadgen.data import Labels, Unchecked
-from loadgen.scenario.schema import REDACTED, Scenario, redact_url
+from loadgen.scenario.schema import ENV_REF, REDACTED, Scenario, redact_url
 
 __all__ = ["REDACTED", "dump_scenario", "redact_argv", "redact_labels", "redact_url"]
 
@@ -23,10 +25,17 @@ def redact_labels(labels: Labels) -> Labels:
     return {k: (REDACTED if is_header_key(k) else v) for k, v in labels.items()}
 
 
-def _redact_data(data: Unchecked) -> Unchecked:
+def header_variable(name: str) -> str:
+    """The environment variable a saved scenario reads header ``name`` from."""
+    return "LOADGEN_HEADER_" + re.sub(r"[^A-Za-z0-9]+", "_", name).upper().strip("_")
+
+
+def _redact_data(data: Unchecked, *, references: bool = False) -> Unchecked:
     target = data.get("target") or {}
-    for name in target.get("headers") or {}:
-        target["headers"][name] = REDACTED
+    for name, value in (target.get("headers") or {}).items():
+        if isinstance(value, str) and ENV_REF.match(value):
+            continue  # a reference to a variable, not a secret
+        target["headers"][name] = f"${{{header_variable(name)}}}" if references else REDACTED
     if isinstance(target.get("base_url"), str):
         target["base_url"] = redact_url(target["base_url"])
     matrix = data.get("matrix")
@@ -42,10 +51,16 @@ def _redact_data(data: Unchecked) -> Unchecked:
     return data
 
 
-def dump_scenario(scenario: Scenario) -> str:
+def dump_scenario(scenario: Scenario, *, references: bool = False) -> str:
     """The scenario as resolved (defaults filled in), as YAML, every header value and URL
-    password redacted (keys belong in the variable target.api_key_env names)."""
-    return yaml.safe_dump(_redact_data(scenario.model_dump(mode="json")), sort_keys=False)
+    password redacted (keys belong in the variable target.api_key_env names); ``references``:
+    a header value becomes ``${LOADGEN_HEADER_NAME}``, read from that variable when the file runs."""
+    return yaml.safe_dump(_redact_data(scenario.model_dump(mode="json"), references=references), sort_keys=False)
+
+
+def header_variables(scenario: Scenario) -> list[str]:
+    """The variables a scenario saved with references needs set (one per literal header)."""
+    return [header_variable(n) for n, v in scenario.target.headers.items() if not ENV_REF.match(v)]
 
 
 def redact_argv(argv: list[str]) -> list[str]:

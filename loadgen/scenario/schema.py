@@ -129,6 +129,10 @@ def base_url_problem(url: str) -> str | None:
     return None
 
 
+# a header value written as ${NAME}: read from that environment variable when requests are made
+ENV_REF = re.compile(r"^\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
 def header_problem(name: str, value: str) -> str | None:
     """Why a header cannot be sent as given (a line break would add headers of its own)."""
     if any(c in name for c in "\r\n\0:") or not name.strip():

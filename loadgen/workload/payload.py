@@ -13,7 +13,7 @@ import orjson
 
 from loadgen.data import RequestBody
 from loadgen.errors import UsageError
-from loadgen.scenario.schema import Sampling, Target
+from loadgen.scenario.schema import ENV_REF, Sampling, Target, header_problem
 
 Api = Literal["completions", "chat"]
 ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
@@ -58,8 +58,17 @@ def api_key(target: Target) -> str | None:
 
 
 def auth_headers(target: Target, key: str | None) -> dict[str, str]:
-    """The headers of every request: JSON, the scenario's own, and the bearer key."""
-    headers = {"Content-Type": "application/json", **target.headers}
+    """The headers of every request: JSON, the scenario's own (a value written ``${NAME}`` read
+    from that environment variable), and the bearer key."""
+    headers = {"Content-Type": "application/json"}
+    for name, value in target.headers.items():
+        if (ref := ENV_REF.match(value)) is not None:
+            value = os.environ.get(ref["name"], "").strip()
+            if not value:
+                raise UsageError(f"target.headers.{name}: set the variable {ref['name']} (its value is the header's)")
+            if (why := header_problem(name, value)) is not None:
+                raise UsageError(f"{ref['name']}: {why}")
+        headers[name] = value
     if key:
         headers["Authorization"] = f"Bearer {key}"
     return headers

@@ -183,3 +183,32 @@ def test_locust_host_password_is_written_nowhere(start_sim: StartSim, tmp_path: 
     assert (tmp_path / "run" / "records.jsonl").stat().st_size > 0  # requests were sent and recorded
     assert pw.encode() not in written
     assert pw not in proc.stdout + proc.stderr
+
+
+def test_a_saved_scenario_reads_its_headers_from_variables(
+    start_sim: StartSim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = f"sk-{secrets.token_hex(12)}"
+    monkeypatch.setenv("LOADGEN_SIM_KEY", key)
+    url = start_sim(ttft_ms=2, itl_ms=1, api_key_env="LOADGEN_SIM_KEY")  # demands "Authorization: Bearer KEY"
+    saved = tmp_path / "saved.yaml"
+    proc = loadgen("bench", "serve", "--base-url", url.removesuffix("/v1"), "--model", "loadgen-sim",
+                   "--dataset-name", "random", "--random-input-len", "8", "--random-output-len", "2",
+                   "--num-prompts", "2", "--header", f"Authorization=Bearer {key}", "--save-scenario", str(saved),
+                   "--out", str(tmp_path / "bench"), env={"OPENAI_API_KEY": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert key not in saved.read_text()
+    assert "Authorization: ${LOADGEN_HEADER_AUTHORIZATION}" in saved.read_text()
+    assert "it reads its headers from LOADGEN_HEADER_AUTHORIZATION: set them first" in proc.stderr
+    # without the variable: one line before anything starts
+    proc = loadgen("run", str(saved), "--out", str(tmp_path / "without"), env={"OPENAI_API_KEY": ""})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: target.headers.Authorization: set the variable LOADGEN_HEADER_AUTHORIZATION (its value is the header's)")
+    assert not (tmp_path / "without").exists()
+    # with it: the server takes the header, and the run directory holds the reference, not the key
+    proc = loadgen("run", str(saved), "--out", str(tmp_path / "with"),
+                   env={"OPENAI_API_KEY": "", "LOADGEN_HEADER_AUTHORIZATION": f"Bearer {key}"})
+    assert proc.returncode == 0, proc.stderr
+    assert "completed 2/2" in proc.stdout
+    assert key.encode() not in everything_written(tmp_path / "with")
