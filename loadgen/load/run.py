@@ -150,7 +150,6 @@ def execute(
         failure = exc
     finally:
         try:
-            provenance.lost_records(run.writer.lost)
             run.close()
             provenance.ended()
             out.write_provenance(provenance)
@@ -223,7 +222,7 @@ class _Run:
         cells = [self.entries[i] for i in sorted(self.entries)]
         return assemble_summary(
             self.scenario, cells, self.lines, model=self.provenance.model, interrupted=self.stop_requested,
-            aborted=self.abort_reason, records_lost=self.writer.lost, resumed=self.provenance.times_resumed,
+            aborted=self.abort_reason, resumed=self.provenance.times_resumed,
         )
 
     def write_outputs(self) -> None:
@@ -232,12 +231,12 @@ class _Run:
 
     def finish_cell(
         self, cell: Cell, records: list[RequestRecord], status: str, reason: str | None, server: ServerInfo,
-        probe: SearchProbe | None = None, stopped_early: EarlyStop | None = None,
+        probe: SearchProbe | None = None, stopped_early: EarlyStop | None = None, records_lost: int = 0,
     ) -> None:
         """Its status line (with a probe's value and early stop), its summary, its warnings."""
         line = CellStatus(
             cell.index, status, reason, server, probe, stopped_early, template_tokens=self.provenance.template_tokens,
-            cache_reset=self.cache_resets.get(cell.index),
+            cache_reset=self.cache_resets.get(cell.index), records_lost=records_lost,
         )
         self.out.cells.write(line)
         samples = self.out.samples.samples(cell.index)
@@ -348,7 +347,7 @@ class _Run:
         while not stop.is_set() and (cell := todo.take()) is not None:
             # the cell's records go to disk only (memory stays flat however long the cell);
             # they are read back from where they start once it ends
-            start = self.writer.position
+            start, lost_before = self.writer.position, self.writer.lost
             point = cell.point
             rule = AbortRule(point, stop)
             # the cell's own stop: the run's, or a probe's early stop
@@ -391,7 +390,8 @@ class _Run:
                 interrupted = stop.is_set() and rule.reason is None
                 early = watch.stopped if watch is not None else None
                 if refused is not None:
-                    self.finish_cell(cell, records, "failed", refused, desc, probe, early)
+                    lost = self.writer.lost - lost_before  # this cell's records the disk refused
+                    self.finish_cell(cell, records, "failed", refused, desc, probe, early, lost)
                 elif rule.reason is not None:
                     self.abort_reason = rule.reason
                     self.finish_cell(cell, records, "failed", f"aborted: {rule.reason}", desc, probe, early)

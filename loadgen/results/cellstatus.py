@@ -96,6 +96,8 @@ class CellStatus:
     # the chat template's tokens in every prompt (the text calibration's overhead)
     template_tokens: float | None = None
     cache_reset: str | None = None  # how the engine's prefix cache was emptied before the cell
+    # measured requests of the cell whose record could not be written (a full or read-only disk)
+    records_lost: int = 0
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"cell": self.cell, "status": self.status}
@@ -108,6 +110,8 @@ class CellStatus:
         for name in ("template_tokens", "cache_reset"):
             if (value := getattr(self, name)) is not None:
                 out[name] = value
+        if self.records_lost:
+            out["records_lost"] = self.records_lost
         return out
 
     @classmethod
@@ -120,4 +124,5 @@ class CellStatus:
             stopped_early=EarlyStop(str(early.get("objective")), str(early.get("reason")))
             if isinstance(early, dict) else None,
             template_tokens=data.get("template_tokens"), cache_reset=data.get("cache_reset"),
+            records_lost=int(data.get("records_lost") or 0),
         )

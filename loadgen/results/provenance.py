@@ -138,11 +138,6 @@ class Provenance:
         """Facts of a Locust run (its workers)."""
         self._data.update(values)
 
-    def lost_records(self, count: int) -> None:
-        """Records that could not be written (the summary says so too, and is re-derived with it)."""
-        if count:
-            self._data["records_lost"] = count
-
     def ended(self) -> None:
         self._data["end_wall"] = _now()
 

@@ -138,12 +138,13 @@ def cell_summary(
         cache_reset=status.cache_reset,
         warnings=tuple(warnings),
         probe=probe,
+        records_lost=status.records_lost,
     )
 
 
 def assemble_summary(
     scenario: Scenario, cells: list[CellSummary], lines: Sequence[SearchLine], *, model: str | None,
-    interrupted: bool, aborted: str | None = None, records_lost: int = 0, resumed: int = 0,
+    interrupted: bool, aborted: str | None = None, resumed: int = 0,
 ) -> Summary:
     """The summary of ``cells``, with the answer of each of the scenario's searches (``lines``,
     expanded once by the caller)."""
@@ -155,8 +156,7 @@ def assemble_summary(
     )
     return Summary(
         scenario=scenario.name, kind=scenario.kind, speed=scenario.speed, model=model, interrupted=interrupted,
-        cells=tuple(cells), aborted=aborted, seed=scenario.seed, capacity=capacity, records_lost=records_lost,
-        resumed=resumed,
+        cells=tuple(cells), aborted=aborted, seed=scenario.seed, capacity=capacity, resumed=resumed,
     )
 
 
@@ -362,7 +362,7 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
     return assemble_summary(
         scenario, entries, lines, model=provenance.get("model", stored.get("model")),
         interrupted=bool(stored.get("interrupted", False)), aborted=stored.get("aborted") or None,
-        records_lost=int(provenance.get("records_lost") or 0), resumed=len(provenance.get("resumed_wall") or ()),
+        resumed=len(provenance.get("resumed_wall") or ()),
     )
 
 

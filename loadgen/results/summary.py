@@ -203,6 +203,7 @@ class CellSummary:
     warnings: tuple[str, ...] = ()
     # a capacity search's probe: its value, figures against the objectives, the verdict
     probe: ProbeResult | None = None
+    records_lost: int = 0  # measured requests whose record could not be written (written when any)
 
     @property
     def open_loop(self) -> bool:
@@ -226,6 +227,8 @@ class CellSummary:
             del out["probe"]
         else:
             out["probe"] = self.probe.to_dict()
+        if not self.records_lost:
+            del out["records_lost"]
         return out
 
     @classmethod
@@ -240,7 +243,7 @@ class CellSummary:
             client=ClientHealth.from_dict(data.get("client")),
             server_prefix_cache_hit_rate=data.get("server_prefix_cache_hit_rate"),
             cache_reset=data.get("cache_reset"), warnings=tuple(data.get("warnings") or ()),
-            probe=ProbeResult.from_dict(data.get("probe")),
+            probe=ProbeResult.from_dict(data.get("probe")), records_lost=int(data.get("records_lost") or 0),
         )
 
 
@@ -258,11 +261,14 @@ class Summary:
     seed: int | None = None  # what the prompts and arrivals were drawn from
     # capacity searches: their answers, in the order the scenario gives them
     capacity: tuple[CapacityAnswer, ...] = ()
-    # requests measured whose record could not be written (a full or read-only disk): the run
-    # stopped at the first; written only when there were any
-    records_lost: int = 0
     resumed: int = 0  # how many times the run was continued (--resume) after a stop
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def records_lost(self) -> int:
+        """Measured requests whose record could not be written (a full or read-only disk), over
+        the cells the summary holds: a cell measured again after a resume holds none of its first try's."""
+        return sum(c.records_lost for c in self.cells)
 
     @property
     def measured(self) -> tuple[CellSummary, ...]:
@@ -296,7 +302,7 @@ class Summary:
             cells=tuple(CellSummary.from_dict(c) for c in data.get("cells", [])), aborted=data.get("aborted"),
             seed=data.get("seed"),
             capacity=tuple(CapacityAnswer.from_dict(c) for c in _listed(data.get("capacity"))),
-            records_lost=int(data.get("records_lost") or 0), resumed=int(data.get("resumed") or 0),
+            resumed=int(data.get("resumed") or 0),
             schema_version=int(data.get("schema_version", 1)),
         )
 

@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 
+from loadgen.results.rundir import rebuild_summary
 from tests.conftest import StartSim
 
 ROOT = Path(__file__).parents[2]
@@ -73,6 +74,17 @@ def test_records_that_cannot_be_written_stop_the_run_and_are_counted(start_sim: 
     report = loadgen("report", str(out), "--format", "md")
     assert report.returncode == 0, report.stderr
     assert f"**Incomplete**: {lost} measured requests could not be written" in report.stdout
+    assert whole_lines(out / "cells.jsonl")[-1]["records_lost"] == lost  # the cell's own count, on record
+
+    # once there is room: the failed cell measured again holds every record, and nothing is lost now
+    again = loadgen("run", "--base-url", url, "--num-prompts", "400", "--input-len", "16", "--output-len", "4",
+                    "--concurrency", "8", "--resume", str(out), "--retry-failed")
+    assert again.returncode == 0, again.stderr
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert "records_lost" not in summary
+    assert summary["cells"][0]["status"] == "done"
+    assert summary["cells"][0]["metrics"]["completed"] == 400
+    assert rebuild_summary(out).to_dict() == summary
 
 
 @contextlib.contextmanager

@@ -28,15 +28,21 @@ def everything_written(run_dir: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file())
 
 
-def test_the_api_key_is_used_and_never_written(tmp_path: Path) -> None:
-    key, header_secret = f"sk-{secrets.token_hex(16)}", f"hdr-{secrets.token_hex(16)}"
+def keyed_scenario(tmp_path: Path, name: str, prompts: int, output: int) -> Path:
+    """A scenario whose simulator demands the key in LOADGEN_TEST_KEY, and whose client sends it."""
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({
-        "name": "secrets",
+        "name": name,
         "serve": {"backend": "sim", "sim": {"ttft_ms": 5, "itl_ms": 1, "api_key_env": "LOADGEN_TEST_KEY"}},
         "target": {"api_key_env": "LOADGEN_TEST_KEY"},
-        "workload": {"num_prompts": 6, "input_tokens": 8, "output_tokens": 4},
+        "workload": {"num_prompts": prompts, "input_tokens": 8, "output_tokens": output},
     }))
+    return path
+
+
+def test_the_api_key_is_used_and_never_written(tmp_path: Path) -> None:
+    key, header_secret = f"sk-{secrets.token_hex(16)}", f"hdr-{secrets.token_hex(16)}"
+    path = keyed_scenario(tmp_path, "secrets", 6, 4)
     out = tmp_path / "run"
     proc = run(path, out, {"LOADGEN_TEST_KEY": key}, "--set", f"target.headers.X-Api-Key={header_secret}")
     # the simulator demands the key: every request completing shows it was sent
@@ -102,13 +108,7 @@ def all_text(*paths: Path) -> bytes:
 
 def test_a_key_with_the_line_break_echo_leaves_is_sent_without_it_and_shown_nowhere(tmp_path: Path) -> None:
     key = f"sk-{secrets.token_hex(16)}"
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "newline",
-        "serve": {"backend": "sim", "sim": {"ttft_ms": 5, "itl_ms": 1, "api_key_env": "LOADGEN_TEST_KEY"}},
-        "target": {"api_key_env": "LOADGEN_TEST_KEY"},
-        "workload": {"num_prompts": 3, "input_tokens": 8, "output_tokens": 2},
-    }))
+    path = keyed_scenario(tmp_path, "newline", 3, 2)
     proc = run(path, tmp_path / "run", {"LOADGEN_TEST_KEY": key + "\n"})
     assert proc.returncode == 0, proc.stderr
     assert "completed 3/3" in proc.stdout  # the simulator took the key: the line break was not sent
