@@ -6,7 +6,7 @@ Exit codes: 0 ok, 1 unexpected loadgen error, 2 bad input, 3 server unusable,
 
 from __future__ import annotations
 
-import signal
+from loadgen.servers.launch import stops_interrupt
 
 # the commands register themselves on the application, in the order `loadgen --help` lists them
 # isort: off
@@ -18,7 +18,7 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    # a closed terminal (SIGHUP) stops loadgen as Ctrl-C does: runs finish their directory,
-    # engines loadgen launched are stopped
-    signal.signal(signal.SIGHUP, signal.default_int_handler)
+    # SIGTERM and a closed terminal (SIGHUP) stop loadgen as Ctrl-C does, in every phase: runs
+    # finish their directory, engines loadgen launched are stopped, no half-written file stays
+    stops_interrupt()
     app()

@@ -57,7 +57,7 @@ from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
 from loadgen.scenario.schema import Scenario, base_url_problem
 from loadgen.servers.cpus import pin, split_cores, usable_cores
-from loadgen.servers.launch import STOP_SIGNALS, LaunchedServer, hangup_interrupts, tail
+from loadgen.servers.launch import STOP_SIGNALS, LaunchedServer, stops_interrupt, tail
 from loadgen.workload.payload import api_key, auth_headers
 from loadgen.workload.prompts import (
     RequestPool,
@@ -339,7 +339,7 @@ class _Run:
             self.stop_requested = self.stop_requested or (stop.is_set() and self.abort_reason is None)
             for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
-            hangup_interrupts()  # asyncio put SIGHUP back to its default (exit without cleanup)
+            stops_interrupt()  # asyncio put SIGTERM and SIGHUP back to their default (exit without cleanup)
 
     async def _cells(self, m: Measuring, todo: CellQueue, stop: asyncio.Event) -> None:
         """Measure the cells one after another, until they are done or the engine died."""

@@ -10,17 +10,19 @@ standard library with gevent at import, which loadgen's asyncio side must never 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import FrameType
 
 from loadgen.errors import UsageError
 from loadgen.locust.plan import LocustPlan, plan_for
-from loadgen.locust.transport import BASIC_AUTH_ENV, split_userinfo
+from loadgen.locust.transport import BASIC_AUTH_ENV, STOP_FILE_ENV, split_userinfo
 from loadgen.scenario.loader import load_scenario
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -116,24 +118,35 @@ def _host_without_userinfo(args: list[str]) -> list[str]:
 
 
 def run_child(cmd: list[str]) -> int:
-    """Run Locust and wait for it; SIGTERM / SIGHUP sent to loadgen are passed on, so Locust
-    stops (writing its stats and loadgen's run directory) and never outlives loadgen.
-    Ctrl-C reaches both already (one process group)."""
-    proc = subprocess.Popen(cmd)
+    """Run Locust and wait for it. SIGINT, SIGTERM and SIGHUP sent to loadgen reach Locust as
+    SIGTERM (Locust's own clean stop: its stats and loadgen's run directory written); Locust
+    never outlives loadgen. A stopped test is labelled interrupted in the run directory, and
+    loadgen exits 130."""
+    with tempfile.TemporaryDirectory(prefix="loadgen-locust-") as tmp:
+        marker = Path(tmp) / "stopped"
+        proc = subprocess.Popen(cmd, env={**os.environ, STOP_FILE_ENV: str(marker)})
 
-    def forward(signum: int, frame: FrameType | None) -> None:
-        proc.send_signal(signum)
+        def stop() -> None:
+            if marker.exists():
+                return  # Locust is stopping already
+            with contextlib.suppress(OSError):
+                marker.touch()  # before the signal: Locust labels what it writes on its way out
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        while True:
-            try:
-                return proc.wait()
-            except KeyboardInterrupt:
-                continue  # Locust got the same Ctrl-C: let it write its stats and stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        def forward(signum: int, frame: FrameType | None) -> None:
+            stop()
+
+        # a Ctrl-C at the terminal reaches Locust too, a SIGINT sent to loadgen alone does not:
+        # either way Locust is stopped once, its own clean way (no KeyboardInterrupt here, which
+        # would leave the wait before the run is labelled)
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            code = proc.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return 130 if marker.exists() else code

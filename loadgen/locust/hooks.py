@@ -6,6 +6,7 @@ tab of the web UI.
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from loadgen.errors import LoadgenError
 from loadgen.locust.plan import RunDirSink
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, WorkerReport, log
 from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, rows_csv
+from loadgen.locust.transport import STOP_FILE_ENV
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.provenance import Provenance
 from loadgen.scenario.redact import redact_url
@@ -90,6 +92,13 @@ def _test_start(environment: Environment, **_: Any) -> None:
     overrides = list(getattr(opts, "loadgen_set", None) or [])
     if source is not None and (source, overrides) != (STATE.source, STATE.overrides):
         STATE.load(source, overrides)  # a worker given the master's scenario
+
+
+def _stopped() -> bool:
+    """Whether Locust was stopped (Ctrl-C here, a signal loadgen passed on) rather than the test
+    ending its own way (its run time, the web UI's STOP)."""
+    marker = os.environ.get(STOP_FILE_ENV)
+    return marker is not None and Path(marker).exists()
 
 
 @events.test_stopping.add_listener
@@ -175,7 +184,7 @@ def _quit(**_: Any) -> None:
         STATE.sink.provenance.note(
             workers=environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         )
-        STATE.sink.close(_users(), interrupted=False, server=_server(environment))
+        STATE.sink.close(_users(), interrupted=_stopped(), server=_server(environment))
         log.info("loadgen: run directory %s (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
 
 

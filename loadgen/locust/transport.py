@@ -20,6 +20,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from geventhttpclient.url import URL
 
 from loadgen.errors import LoadgenError
+from loadgen.load.sidecall import PAGE_MAX_BYTES, SIDE_CALL_S
 from loadgen.load.stream import StreamState, error_snippet
 from loadgen.load.target import pick_model
 from loadgen.locust.plan import LocustPlan
@@ -85,6 +86,8 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
 
 # the user:password of a --host, kept out of Locust's command line and web page, for the users
 BASIC_AUTH_ENV = "LOADGEN_LOCUST_BASIC_AUTH"
+# a file loadgen creates when it stops Locust (a signal, Ctrl-C): the run is then labelled interrupted
+STOP_FILE_ENV = "LOADGEN_LOCUST_STOP_FILE"
 
 
 def split_userinfo(url: str) -> tuple[str, str | None]:
@@ -104,11 +107,20 @@ def open_client(url: URL, t: Timeouts) -> HTTPClient:
     )
 
 
-def fetch_model(http: HTTPClient, url: URL, headers: dict[str, str]) -> str:
-    """The first model the server lists (``target.model: auto``)."""
+def fetch_model(http: HTTPClient, url: URL, headers: dict[str, str], *, total_s: float = SIDE_CALL_S,
+                max_bytes: int = PAGE_MAX_BYTES) -> str:
+    """The first model the server lists (``target.model: auto``), read within ``total_s`` and
+    ``max_bytes``: a server that never answers, or answers without end, holds no user."""
+    body = bytearray()
     try:
-        resp = http.get(url.request_uri, headers=headers)
-        body = resp.read()
+        with gevent.Timeout(total_s, LoadgenError(f"{url}: no full answer within {total_s:g} s; check --host")):
+            resp = http.get(url.request_uri, headers=headers)
+            while chunk := resp.read(65536):
+                body += chunk
+                if len(body) > max_bytes:
+                    resp.release()
+                    raise LoadgenError(f"{url}: the model list is over {max_bytes >> 20} MiB; "
+                                       "is --host the server's /v1 base URL?")
     except (OSError, HTTPConnectionClosed, HTTPParseError) as exc:
         raise LoadgenError(f"{url}: cannot reach the server ({exc}); check --host") from exc
     if resp.status_code >= 400:

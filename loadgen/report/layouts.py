@@ -318,7 +318,7 @@ def compare_rows(
                 s = c.server
                 rows.append(CompareRow(
                     software=software_label(s), settings=settings_lines(s), avg_tok_s=None, max_mem_mib=None,
-                    notes=f"{name}: {c.status}: {c.reason}",
+                    notes=f"{name}: {c.ending}",
                 ))
                 continue
             common = [c for c in cells if _match_key(c) in base_keys]

@@ -117,7 +117,7 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
         if cell.probe is not None:
             continue  # a search's probes are one table below
         if cell.metrics is None:
-            out.append(f"[{cell.number}] {params_text(cell.params)}: {cell.status} -- {cell.reason}")
+            out.append(f"[{cell.number}] {params_text(cell.params)}: {cell.ending}")
             continue
         table = RichTable(title=f"[{cell.number}] {params_text(cell.params)}", title_justify="left")
         table.add_column("ms", style="bold")
@@ -206,7 +206,7 @@ def render_markdown(summary: Summary) -> str:
     for cell in summary.cells:
         parts += [f"## [{cell.number}] {params_text(cell.params)}", ""]
         if cell.metrics is None:
-            parts += [f"{cell.status}: {cell.reason}", ""]
+            parts += [cell.ending, ""]
             continue
         parts += [_md_table(["ms", *COLUMNS], latency_rows(cell)), ""]
         parts += [_throughput_line(cell.metrics) + _cache_text(cell), ""]

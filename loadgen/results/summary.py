@@ -215,6 +215,15 @@ class CellSummary:
         (``cell`` is its index in the files, from 0)."""
         return self.cell + 1
 
+    @property
+    def ending(self) -> str:
+        """How a cell without figures ended, in words: its status and why."""
+        if self.reason:
+            return f"{self.status}: {self.reason}"
+        if self.status == "interrupted":
+            return "interrupted before any request was measured"
+        return self.status
+
     def to_dict(self) -> dict[str, object]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["server"] = self.server.to_dict()

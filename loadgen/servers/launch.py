@@ -91,11 +91,12 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def hangup_interrupts() -> None:
-    """SIGHUP interrupts as Ctrl-C does (KeyboardInterrupt: the run directory is finished, the
-    engine stopped), instead of ending the process on the spot (main thread only)."""
+def stops_interrupt() -> None:
+    """SIGTERM and SIGHUP interrupt as Ctrl-C does (KeyboardInterrupt: the run directory is
+    finished, the engine stopped), instead of ending the process on the spot (main thread only)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGHUP, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.default_int_handler)
 
 
 @contextlib.contextmanager

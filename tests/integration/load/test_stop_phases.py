@@ -4,6 +4,8 @@ a server that accepts connections and then never answers (or answers a byte a se
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,9 +18,13 @@ from pathlib import Path
 import pytest
 
 from loadgen.load.sidecall import SideCallError, side_call, side_client
+from loadgen.servers.tiny import ensure_tiny
+from tests.conftest import live_group_members
 from tests.rawserver import MODELS_ANSWER, RawServer, is_models
 
 ROOT = Path(__file__).parents[3]
+
+
 class Stubborn(RawServer):
     """``silent`` reads a request and never answers; ``drip`` sends its status line a byte a
     second; ``models`` answers the model list and is silent on the rest."""
@@ -134,3 +140,102 @@ def test_a_side_call_is_bounded_in_size(tmp_path: Path) -> None:
     with pytest.raises(SideCallError, match=r"^the server's /metrics: the answer is over 1 MiB$"):
         asyncio.run(call())
     endless.close()
+
+
+def _stop_and_wait(proc: subprocess.Popen[str], sig: signal.Signals, phase: str, bound_s: float) -> str:
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"{sig.name} ignored during the {phase}")
+    took = time.monotonic() - sent
+    assert took < bound_s, f"{sig.name} took {took:.1f} s during the {phase}"
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    return err
+
+
+STOPS = pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
+
+
+@STOPS
+def test_a_stop_ends_the_engine_start_and_the_engine(tmp_path: Path, sig: signal.Signals) -> None:
+    ensure_tiny()
+    # an engine that never gets ready: the wait for it is the phase stopped
+    engine = tmp_path / "engine"
+    engine.write_text("#!/bin/sh\necho started $$\nexec sleep 600\n")
+    engine.chmod(0o755)
+    log = tmp_path / "engine.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "serve", "tiny", "--backend", "vllm", "--port", "0", "--log", str(log)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
+        env={**os.environ, "LOADGEN_VLLM_PYTHON": str(engine)},
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and b"started" in log.read_bytes()):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(0.5)
+    err = _stop_and_wait(proc, sig, "engine start", 3.0)
+    assert "interrupted" in err
+    assert [pid for pid in live_group_members(_engine_pid(log)) if pid != proc.pid] == []  # the engine was stopped
+
+
+def _engine_pid(log: Path) -> int:
+    """The pid of the fake engine, from the line it wrote as its first (``started PID``)."""
+    return int(log.read_text().split("started ", 1)[1].split()[0])
+
+
+@STOPS
+def test_a_stop_ends_the_warmup(tmp_path: Path, sig: signal.Signals) -> None:
+    # the launched simulator holds its first token for five minutes: the warmup request waits
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: warmup-stop\n"
+        "serve: {backend: sim, sim: {ttft_ms: 5, itl_ms: 1, faults: {slow_ttft: 1.0}, slow_ttft_ms: 300000}}\n"
+        "workload: {num_prompts: 4, input_tokens: 8, output_tokens: 4, prompt: token-ids}\n"
+    )
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and b'"pid"' not in _read(out / "provenance.json"):
+        time.sleep(0.05)
+    time.sleep(1.5)  # the simulator is up and holds the warmup request
+    assert proc.poll() is None, proc.communicate()
+    err = _stop_and_wait(proc, sig, "warmup", 3.0)
+    assert "interrupted" in err
+    summary = (out / "summary.json").read_text()
+    assert '"interrupted": true' in summary
+    assert not (out / "run.lock").exists()
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+@STOPS
+def test_a_stop_ends_the_report_and_leaves_no_half_written_file(tmp_path: Path, sig: signal.Signals) -> None:
+    run_dir = tmp_path / "big"
+    shutil.copytree(ROOT / "tests" / "data" / "rundir-v2", run_dir)
+    lines = (run_dir / "records.jsonl").read_bytes().splitlines()
+    measured = [line for line in lines if b'"warmup":false' in line and b'"cell":0,' in line]
+    first = 1000
+    with (run_dir / "records.jsonl").open("ab") as f:  # 300,000 records: a report that takes a while
+        for i in range(300_000):
+            line = measured[i % len(measured)]
+            f.write(b'{"request_id":%d,' % (first + i) + line[line.index(b'"cell"'):] + b"\n")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name != "records.jsonl"}
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "report", str(run_dir), "--html"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    time.sleep(3.0)  # reading the records
+    assert proc.poll() is None, f"the report ended before the signal: {proc.communicate()}"
+    err = _stop_and_wait(proc, sig, "report", 1.5)
+    assert err.strip().splitlines()[-1] == "interrupted"
+    after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name != "records.jsonl"}
+    assert after == before  # nothing half-written, nothing left behind

@@ -1,0 +1,109 @@
+"""`loadgen locust` obeys every stop: SIGINT, SIGTERM and SIGHUP end Locust at once, the run
+directory is finished and labelled interrupted, and loadgen exits 130; the model lookup of its
+users is bounded in time and in size against a server that never answers or never ends."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import StartSim, live_group_members
+from tests.rawserver import RawServer
+
+ROOT = Path(__file__).parents[3]
+
+
+def _default_sigint() -> None:
+    # a non-interactive shell starts background jobs with SIGINT ignored: undo that
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
+def test_a_stop_ends_locust_and_labels_the_run_interrupted(start_sim: StartSim, tmp_path: Path,
+                                                          sig: signal.Signals) -> None:
+    url = start_sim(ttft_ms=5, itl_ms=5)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({"name": "stops", "workload": {"input_tokens": 8, "output_tokens": 16}}))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario), "--host", url, "--headless",
+         "-u", "2", "-r", "2", "-t", "10m", "--out", str(run_dir), "--only-summary"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
+    )
+    records = run_dir / "records.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 2000):
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(sig)  # to loadgen alone, as `kill` sends it
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"{sig.name} did not stop loadgen locust")
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    assert live_group_members(proc.pid) == []
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert not (run_dir / "run.lock").exists()
+    completed = summary["cells"][0]["metrics"]["completed"]
+    assert completed == sum(1 for line in records.read_bytes().splitlines() if b'"error":null' in line) > 0
+
+
+class Endless(RawServer):
+    """``silent`` never answers; ``endless`` answers its model list without end."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        super().__init__()
+
+    def serve(self, conn: socket.socket) -> None:
+        conn.recv(65536)
+        if self.mode == "endless":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+            while not self.closing.is_set():
+                conn.sendall(b" " * 65536)
+        self.closing.wait(120)
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    ("silent", "no full answer within 1.5 s; check --host"),
+    ("endless", "the model list is over 1 MiB; is --host the server's /v1 base URL?"),
+])
+def test_the_model_lookup_of_locust_users_is_bounded(mode: str, message: str) -> None:
+    server = Endless(mode)
+    try:
+        # in a process of its own: Locust's modules patch the standard library with gevent's
+        code = textwrap.dedent(f"""
+            import time
+            from geventhttpclient.url import URL
+            from loadgen.errors import LoadgenError
+            from loadgen.locust.transport import fetch_model, open_client
+            from loadgen.scenario.schema import Timeouts
+            url = URL("{server.base_url}/models")
+            http = open_client(url, Timeouts())
+            t = time.monotonic()
+            try:
+                fetch_model(http, url, {{}}, total_s=1.5, max_bytes=1 << 20)
+            except LoadgenError as exc:
+                print(exc)
+            print(round(time.monotonic() - t))
+        """)
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              check=False)
+    finally:
+        server.close()
+    assert proc.returncode == 0, proc.stderr
+    said, took = proc.stdout.strip().splitlines()
+    assert said == f"{server.base_url}/models: {message}"
+    assert int(took) <= 3
