@@ -35,9 +35,9 @@ from loadgen import __version__
 from loadgen.data import Unchecked
 from loadgen.load.limits import CLIENT_ERRNOS
 from loadgen.load.sidecall import side_call, side_client
-from loadgen.load.stream import Outcome, StreamState, default_total_s, error_snippet
+from loadgen.load.stream import Outcome, StreamState, error_snippet
 from loadgen.results.records import FailureClass, RequestRecord
-from loadgen.scenario.schema import Target
+from loadgen.scenario.schema import Target, default_total_s
 from loadgen.workload.payload import ENDPOINTS, PreparedRequest, auth_headers
 
 __all__ = ["ClientStats", "PreparedRequest", "StreamingClient", "auth_headers"]

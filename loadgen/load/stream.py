@@ -12,6 +12,7 @@ import re
 
 from loadgen.load.sse import DONE, EventTooLarge, InvalidUsage, MalformedChunk, SSEParser, parse_chunk
 from loadgen.results.records import FailureClass, RequestRecord, TokenSource
+from loadgen.scenario.schema import token_limit
 from loadgen.workload.payload import PreparedRequest
 
 Outcome = tuple[FailureClass | None, str | None]
@@ -197,22 +198,6 @@ class StreamState:
             cached_tokens=self.cached_tokens,
             turn=req.turn,
         )
-
-
-# a request's total time when the scenario sets none: this, plus PER_TOKEN_S per token asked for
-# (a bound no healthy server comes near, that ends a stream that would never end)
-DEFAULT_TOTAL_S = 600.0
-PER_TOKEN_S = 1.0
-
-
-def default_total_s(max_tokens: int) -> float:
-    return DEFAULT_TOTAL_S + PER_TOKEN_S * max_tokens
-
-
-def token_limit(max_tokens: int | None) -> int | None:
-    """The most output tokens a request of ``max_tokens`` can report: max_tokens and a margin
-    (servers that count an end token, a tokenizer's special tokens)."""
-    return None if max_tokens is None else max_tokens + max(16, max_tokens // 10)
 
 
 def error_snippet(body: bytes) -> str:

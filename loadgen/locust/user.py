@@ -22,12 +22,13 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 from loadgen.errors import LoadgenError
-from loadgen.load.stream import StreamState, default_total_s
+from loadgen.load.stream import StreamState
 from loadgen.locust import hooks
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log, now_s
 from loadgen.locust.stats import LLM
 from loadgen.locust.transport import Workbench, open_client, stream_request
 from loadgen.results.records import RequestRecord
+from loadgen.scenario.schema import default_total_s
 
 __all__ = ["LLMUser", "ScenarioSteps", "STATE", "LLMRequestFailed", "hooks"]
 

@@ -48,7 +48,7 @@ from loadgen.results.samples import (
     summarize_gpu,
     summarize_server_metrics,
 )
-from loadgen.results.summary import CellSummary, Summary
+from loadgen.results.summary import CellSummary, RequestBounds, Summary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
 from loadgen.scenario.redact import dump_scenario, redact_labels
@@ -139,6 +139,7 @@ def cell_summary(
         warnings=tuple(warnings),
         probe=probe,
         records_lost=status.records_lost,
+        request_bounds=RequestBounds.of(point.target.timeouts, cell.output_tokens),
     )
 
 

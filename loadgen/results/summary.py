@@ -17,6 +17,7 @@ from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.clienthealth import ClientHealth
 from loadgen.results.probe import CapacityAnswer, ProbeResult
 from loadgen.results.samples import GpuMemory, ServerMetrics
+from loadgen.scenario.schema import DEFAULT_TOTAL_S, PER_TOKEN_S, Timeouts, default_total_s, token_limit
 
 SCHEMA_VERSION = 2
 STAT_KEYS: tuple[str, ...] = ("mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9")
@@ -183,6 +184,45 @@ class CellMetrics:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestBounds:
+    """What ended one request of the cell at the latest (seconds; None: no such bound): the
+    connection, the first token, the longest silence, the whole request (its rule when the
+    scenario set none), and how many output tokens past which a stream is ended as overrun
+    (for the cell's output length)."""
+
+    connect_s: float | None
+    first_token_s: float | None
+    idle_s: float | None
+    total_s: float
+    total_rule: str
+    overrun_after_tokens: int
+
+    @classmethod
+    def of(cls, timeouts: Timeouts, output_tokens: int) -> RequestBounds:
+        total_set = timeouts.total_s is not None
+        return cls(
+            connect_s=timeouts.connect_s, first_token_s=timeouts.first_token_s, idle_s=timeouts.between_tokens_s,
+            total_s=timeouts.total_s if timeouts.total_s is not None else default_total_s(output_tokens),
+            total_rule="target.timeouts.total_s" if total_set
+            else f"{DEFAULT_TOTAL_S:g} s + {PER_TOKEN_S:g} s per token asked",
+            overrun_after_tokens=token_limit(output_tokens) or 0,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: object) -> RequestBounds | None:
+        if not isinstance(data, dict):
+            return None  # a run directory written before bounds were recorded
+        return cls(
+            connect_s=data.get("connect_s"), first_token_s=data.get("first_token_s"), idle_s=data.get("idle_s"),
+            total_s=float(data["total_s"]), total_rule=str(data.get("total_rule", "")),
+            overrun_after_tokens=int(data.get("overrun_after_tokens", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CellSummary:
     """One measured point: its parameters, how it ended, the server it ran on and its figures."""
 
@@ -204,6 +244,7 @@ class CellSummary:
     # a capacity search's probe: its value, figures against the objectives, the verdict
     probe: ProbeResult | None = None
     records_lost: int = 0  # measured requests whose record could not be written (written when any)
+    request_bounds: RequestBounds | None = None  # the default bounds every request of the cell had
 
     @property
     def open_loop(self) -> bool:
@@ -232,6 +273,7 @@ class CellSummary:
         out["gpu_memory"] = self.gpu_memory.to_dict()
         out["metrics"] = None if self.metrics is None else self.metrics.to_dict()
         out["warnings"] = list(self.warnings)
+        out["request_bounds"] = None if self.request_bounds is None else self.request_bounds.to_dict()
         if self.probe is None:
             del out["probe"]
         else:
@@ -253,6 +295,7 @@ class CellSummary:
             server_prefix_cache_hit_rate=data.get("server_prefix_cache_hit_rate"),
             cache_reset=data.get("cache_reset"), warnings=tuple(data.get("warnings") or ()),
             probe=ProbeResult.from_dict(data.get("probe")), records_lost=int(data.get("records_lost") or 0),
+            request_bounds=RequestBounds.from_dict(data.get("request_bounds")),
         )
 
 

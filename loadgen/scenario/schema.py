@@ -101,6 +101,22 @@ class Timeouts(_Model):
     total_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
 
 
+# a request's total time when the scenario sets none: this, plus PER_TOKEN_S per token asked for
+# (a bound no healthy server comes near, that ends a stream that would never end)
+DEFAULT_TOTAL_S = 600.0
+PER_TOKEN_S = 1.0
+
+
+def default_total_s(max_tokens: int) -> float:
+    return DEFAULT_TOTAL_S + PER_TOKEN_S * max_tokens
+
+
+def token_limit(max_tokens: int | None) -> int | None:
+    """The most output tokens a request of ``max_tokens`` can report: max_tokens and a margin
+    (servers that count an end token, a tokenizer's special tokens)."""
+    return None if max_tokens is None else max_tokens + max(16, max_tokens // 10)
+
+
 REDACTED = "<redacted>"
 # scheme://user:password@host, and user:password@host without a scheme
 _USERINFO = re.compile(r"(?P<scheme>(?:[A-Za-z][A-Za-z0-9+.-]*://)|^)(?P<userinfo>[^/@\s]+)@")

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from loadgen.load.run import execute
-from loadgen.load.stream import default_total_s
 from loadgen.results.records import read_records
+from loadgen.results.rundir import rebuild_summary
 from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.schema import default_total_s
+from tests.conftest import StartSim
 from tests.rawserver import MODELS_ANSWER, RawServer, is_models
 
 TOKEN = b'data: {"choices": [{"index": 0, "text": " a", "finish_reason": null}]}\n\n'
@@ -84,3 +86,24 @@ def test_the_default_total_bound_follows_max_tokens() -> None:
     # generous: ten minutes and a second per token asked for
     assert default_total_s(16) == 616.0
     assert default_total_s(2048) == 2648.0
+
+
+def test_each_cell_records_the_bounds_its_requests_had(start_sim: StartSim, tmp_path: Path) -> None:
+    url = start_sim(ttft_ms=1, itl_ms=1)
+    sc = parse_scenario({
+        "name": "bounds", "target": {"base_url": url},
+        "workload": {"num_prompts": 2, "input_tokens": 8, "output_tokens": [16, 300], "prompt": "token-ids"},
+        "matrix": {"target.timeouts.total_s": [None, 45]},
+    }, "test")
+    execute(sc, tmp_path / "run")
+    summary = rebuild_summary(tmp_path / "run")
+    bounds = {(c.params["output_tokens"], c.params["target.timeouts.total_s"]): c.request_bounds
+              for c in summary.cells}
+    # by hand: 600 s + 1 s per token; past max_tokens plus a tenth, at least 16, is an overrun
+    default_16, default_300, set_16 = bounds[16, None], bounds[300, None], bounds[16, 45]
+    assert default_16 is not None and default_300 is not None and set_16 is not None
+    assert (default_16.total_s, default_16.overrun_after_tokens) == (616.0, 32)
+    assert (default_300.total_s, default_300.overrun_after_tokens) == (900.0, 330)
+    assert default_16.total_rule == "600 s + 1 s per token asked"
+    assert (set_16.total_s, set_16.total_rule) == (45.0, "target.timeouts.total_s")
+    assert (default_16.connect_s, default_16.first_token_s, default_16.idle_s) == (10.0, None, 120.0)
