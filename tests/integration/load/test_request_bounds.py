@@ -101,7 +101,9 @@ def test_each_cell_records_the_bounds_its_requests_had(start_sim: StartSim, tmp_
               for c in summary.cells}
     # by hand: 600 s + 1 s per token; past max_tokens plus a tenth, at least 16, is an overrun
     default_16, default_300, set_16 = bounds[16, None], bounds[300, None], bounds[16, 45]
-    assert default_16 is not None and default_300 is not None and set_16 is not None
+    assert default_16 is not None
+    assert default_300 is not None
+    assert set_16 is not None
     assert (default_16.total_s, default_16.overrun_after_tokens) == (616.0, 32)
     assert (default_300.total_s, default_300.overrun_after_tokens) == (900.0, 330)
     assert default_16.total_rule == "600 s + 1 s per token asked"
