@@ -138,6 +138,7 @@ def serve(
     from loadgen.engines.containers import container_argv, container_launch
     from loadgen.engines.preflight import engine_info, prepare, prepare_container
     from loadgen.engines.script import launch_script
+    from loadgen.scenario.redact import redact_argv
     from loadgen.servers.cpus import cores_text, engine_cores
     from loadgen.servers.launch import LaunchedServer, serve_foreground, shell_line, tail
     from loadgen.servers.tiny import ensure_tiny
@@ -154,7 +155,7 @@ def serve(
     launch = container_launch(spec, container) if container is not None else launch_spec(spec)
     if script:
         argv = [a for a in sys.argv[1:] if a != "--script"]
-        sys.stdout.write(launch_script(launch, shlex.join(["loadgen", *argv]), describe_spec(spec)))
+        sys.stdout.write(launch_script(launch, shlex.join(["loadgen", *redact_argv(argv)]), describe_spec(spec)))
         return
     if dry_run:
         print_text(shlex.join(launch.argv) if container is not None else shell_line(launch))

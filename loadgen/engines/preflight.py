@@ -23,6 +23,7 @@ from loadgen.engines.spec import EngineSpec
 from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, UsageError
 from loadgen.results.provenance import EngineSays, LaunchRecord
 from loadgen.scenario.matrix import points
+from loadgen.scenario.redact import redact_secret_flags
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.launch import LaunchSpec, check_port, shell_line
 
@@ -36,8 +37,8 @@ def prepare(
 ) -> LaunchRecord:
     """Everything checked (and converted) before launch; returns the engine's provenance so far."""
     info = LaunchRecord(
-        spec.backend, list(launch.argv), shell_line(launch), dict(launch.env), spec.device, spec.model.checkpoint,
-        spec.served_name, spec.model.quant, spec.setting.name, spec.tp, spec.pp,
+        spec.backend, redact_secret_flags(launch.argv), shell_line(launch), dict(launch.env), spec.device,
+        spec.model.checkpoint, spec.served_name, spec.model.quant, spec.setting.name, spec.tp, spec.pp,
     )
     check_port(launch)  # first: cheaper and clearer than any GPU check
     # GPUs before the program: on a machine without any, that is the reason it cannot run

@@ -10,6 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from loadgen.scenario.redact import secret_flags
 from loadgen.servers.launch import LaunchSpec
 
 
@@ -29,6 +30,19 @@ def _one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
+def _secret_variable(flag: str) -> str:
+    """The variable a script reads a secret flag's value from: ``--api-key`` -> LOADGEN_ENGINE_API_KEY."""
+    return "LOADGEN_ENGINE_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _script_arg(arg: str, secret_flag: str | None) -> str:
+    if secret_flag is None:
+        return shlex.quote(arg)
+    var = _secret_variable(secret_flag)
+    value = f'"${{{var}:?set {var} to the engine\'s {secret_flag}}}"'
+    return f"{secret_flag}={value}" if "=" in arg else value
+
+
 def launch_script(launch: LaunchSpec, command: str, about: str) -> str:
     """``#!/usr/bin/env bash``, the loadgen command that wrote it, what it starts, the
     environment as exports, then ``exec`` of the engine (extra arguments appended)."""
@@ -40,6 +54,10 @@ def launch_script(launch: LaunchSpec, command: str, about: str) -> str:
         "set -euo pipefail",
     ]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in launch.env.items()]
-    args = " ".join(shlex.quote(a) for a in launch.argv[1:])
+    # a secret flag's value is read from a variable when the script runs, never written in it
+    secret = secret_flags(launch.argv)
+    lines += [f"# set {_secret_variable(flag)} first (the engine's {flag}); the script reads it"
+              for flag in sorted(set(secret.values()))]
+    args = " ".join(_script_arg(a, secret.get(i)) for i, a in enumerate(launch.argv) if i > 0)
     lines.append(f'exec {_program(launch.argv[0])} {args} "$@"')
     return "\n".join(lines) + "\n"

@@ -37,8 +37,8 @@ from loadgen.load.limits import CLIENT_ERRNOS
 from loadgen.load.sidecall import side_call, side_client
 from loadgen.load.stream import Outcome, StreamState, error_snippet
 from loadgen.results.records import FailureClass, RequestRecord
-from loadgen.scenario.schema import Target, default_total_s
-from loadgen.workload.payload import ENDPOINTS, PreparedRequest, auth_headers
+from loadgen.scenario.schema import Target, default_total_s, split_userinfo
+from loadgen.workload.payload import ENDPOINTS, PreparedRequest, auth_headers, with_basic_auth
 
 __all__ = ["ClientStats", "PreparedRequest", "StreamingClient", "auth_headers"]
 
@@ -255,7 +255,8 @@ class StreamingClient:
         self._url = url + ENDPOINTS[target.api]
         self._models_url = url + "/models"
         self._models_path = (parts.path or "") + "/models"
-        self._headers = auth_headers(target, api_key)
+        # user:password in the URL: basic auth, as curl sends it (the URL itself is used without them)
+        self._headers = with_basic_auth(auth_headers(target, api_key), split_userinfo(base_url)[1])
         self._path = (parts.path or "") + ENDPOINTS[target.api]
         host_header = parts.netloc.rsplit("@", 1)[-1]
         lines = [

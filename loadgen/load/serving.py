@@ -24,7 +24,7 @@ from loadgen.results.provenance import LaunchRecord, Placement, Provenance
 from loadgen.results.records import RequestRecord
 from loadgen.results.rundir import RunDirWriter
 from loadgen.scenario.matrix import Cell
-from loadgen.scenario.redact import redact_url
+from loadgen.scenario.redact import redact_secret_flags, redact_url
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.cpus import cores_text, listener_cores, pin, split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, free_port, shell_line, sim_spec, tail
@@ -86,7 +86,7 @@ def launch_target(
     assert point.serve is not None
     if point.serve.backend == SIM:
         launch = replace(sim_spec(point.serve), cpus=cpus)
-        info = LaunchRecord(SIM, list(launch.argv))
+        info = LaunchRecord(SIM, redact_secret_flags(launch.argv))
     else:
         spec = engine_spec(point, cpus)
         launch = launch_spec(spec)

@@ -22,8 +22,9 @@ from types import FrameType
 
 from loadgen.errors import UsageError
 from loadgen.locust.plan import LocustPlan, plan_for
-from loadgen.locust.transport import BASIC_AUTH_ENV, STOP_FILE_ENV, split_userinfo
+from loadgen.locust.transport import BASIC_AUTH_ENV, STOP_FILE_ENV
 from loadgen.scenario.loader import load_scenario
+from loadgen.scenario.schema import split_userinfo
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 SHAPEFILE = Path(__file__).with_name("locustshape.py")

@@ -6,12 +6,10 @@ failure classes. Never raises for a failed request.
 
 from __future__ import annotations
 
-import base64
 import itertools
 import os
 import time
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import gevent
 import orjson
@@ -26,8 +24,8 @@ from loadgen.load.target import pick_model
 from loadgen.locust.plan import LocustPlan
 from loadgen.results.records import FailureClass
 from loadgen.scenario.matrix import Cell
-from loadgen.scenario.schema import Timeouts
-from loadgen.workload.payload import ENDPOINTS, api_key, auth_headers
+from loadgen.scenario.schema import Timeouts, split_userinfo
+from loadgen.workload.payload import ENDPOINTS, api_key, auth_headers, with_basic_auth
 from loadgen.workload.prompts import (
     RequestPool,
     Stream,
@@ -60,9 +58,7 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
     base, userinfo = split_userinfo(host.rstrip("/"))
     url = URL(base + ENDPOINTS[target.api])
     headers = {**auth_headers(target, api_key(target)), "Accept-Encoding": "identity"}
-    userinfo = userinfo or os.environ.get(BASIC_AUTH_ENV)
-    if userinfo and "Authorization" not in headers:  # user:password in the URL: HTTP basic auth, as browsers send it
-        headers["Authorization"] = "Basic " + base64.b64encode(unquote(userinfo).encode()).decode()
+    headers = with_basic_auth(headers, userinfo or os.environ.get(BASIC_AUTH_ENV))
     t = target.timeouts
     http = open_client(url, t)
     try:
@@ -88,15 +84,6 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
 BASIC_AUTH_ENV = "LOADGEN_LOCUST_BASIC_AUTH"
 # a file loadgen creates when it stops Locust (a signal, Ctrl-C): the run is then labelled interrupted
 STOP_FILE_ENV = "LOADGEN_LOCUST_STOP_FILE"
-
-
-def split_userinfo(url: str) -> tuple[str, str | None]:
-    """``http://user:pw@host/v1`` -> (``http://host/v1``, ``user:pw``); a URL without them as is."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url, None
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=hostport)), userinfo
 
 
 def open_client(url: URL, t: Timeouts) -> HTTPClient:

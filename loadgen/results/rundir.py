@@ -51,7 +51,7 @@ from loadgen.results.samples import (
 from loadgen.results.summary import CellSummary, RequestBounds, Summary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
-from loadgen.scenario.redact import dump_scenario, redact_labels
+from loadgen.scenario.redact import as_recorded, dump_scenario, redact_labels
 from loadgen.scenario.schema import Scenario
 
 RECORDS = "records.jsonl"
@@ -386,7 +386,8 @@ def load_scenario_of(run_dir: Path) -> Scenario:
         if not p.is_file():
             raise RunDirError(f"{run_dir}: missing {p.name}; is this a loadgen run directory?")
     try:
-        return parse_scenario(yaml.safe_load(scenario_path.read_text()), str(scenario_path))
+        data = yaml.safe_load(scenario_path.read_text())
+        return parse_scenario(as_recorded(data) if isinstance(data, dict) else data, str(scenario_path))
     except ScenarioError as exc:
         raise RunDirError(str(exc)) from exc
 

@@ -10,7 +10,7 @@ import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     Field,
@@ -125,6 +125,15 @@ _USERINFO = re.compile(r"(?P<scheme>(?:[A-Za-z][A-Za-z0-9+.-]*://)|^)(?P<userinf
 def redact_url(text: str) -> str:
     """A URL (or any text holding URLs) without the user and password parts."""
     return _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+
+
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """``http://user:pw@host/v1`` -> (``http://host/v1``, ``user:pw``); a URL without them as is."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=hostport)), userinfo
 
 
 def base_url_problem(url: str) -> str | None:

@@ -25,6 +25,7 @@ import httpx
 
 from loadgen.errors import Interrupted, LaunchError
 from loadgen.results.files import output_error
+from loadgen.scenario.redact import redact_secret_flags
 from loadgen.scenario.serve import Serve
 
 
@@ -254,10 +255,11 @@ class LaunchedServer:
 
 
 def shell_line(launch: LaunchSpec) -> str:
-    """The command as one line a user can paste: ``ENV=... [taskset -c CORES] argv``."""
+    """The command as one line a user can paste: ``ENV=... [taskset -c CORES] argv``, the value
+    of a secret flag (``--api-key``) redacted: it is shown and written down."""
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env.items())
     pinned = ["taskset", "-c", ",".join(map(str, launch.cpus))] if launch.cpus else []
-    return f"{env} {shlex.join([*pinned, *launch.argv])}".strip()
+    return f"{env} {shlex.join([*pinned, *redact_secret_flags(launch.argv)])}".strip()
 
 
 def serve_foreground(server: LaunchedServer, on_ready: Callable[[str, float], None]) -> tuple[bool, int | None]:

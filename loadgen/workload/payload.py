@@ -5,9 +5,11 @@ Pure functions only: the asyncio client and the Locust user both use them.
 
 from __future__ import annotations
 
+import base64
 import os
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import unquote
 
 import orjson
 
@@ -72,6 +74,14 @@ def auth_headers(target: Target, key: str | None) -> dict[str, str]:
     if key:
         headers["Authorization"] = f"Bearer {key}"
     return headers
+
+
+def with_basic_auth(headers: dict[str, str], userinfo: str | None) -> dict[str, str]:
+    """``user:password`` of a URL sent as HTTP basic auth, as browsers and curl send it, unless
+    the headers carry an ``Authorization`` already (a key, or the scenario's own)."""
+    if not userinfo or "Authorization" in headers:
+        return headers
+    return {**headers, "Authorization": "Basic " + base64.b64encode(unquote(userinfo).encode()).decode()}
 
 
 def build_payload(

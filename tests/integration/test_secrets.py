@@ -4,16 +4,24 @@ in a scenario or with --set are redacted where the run writes them."""
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
+from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.redact import dump_scenario
+from loadgen.servers.launch import free_port
 from tests.conftest import StartSim
+from tests.rawserver import MODELS_ANSWER, RawServer, is_models
 
 ROOT = Path(__file__).parents[2]
 
@@ -89,6 +97,13 @@ def test_secrets_given_every_way_are_written_nowhere(start_sim: object, tmp_path
         assert secret not in proc.stdout + proc.stderr
     # the server measured is on record, without its password
     assert b"<redacted>@127.0.0.1" in (out / "scenario.resolved.yaml").read_bytes()
+    # and the reports made from the run directory show none of them either
+    report = loadgen("report", str(out), "--html", "--format", "md")
+    assert report.returncode == 0, report.stderr
+    assert (out / "report.html").stat().st_size > 0
+    for secret in s:
+        assert secret.encode() not in everything_written(out), secret
+        assert secret not in report.stdout + report.stderr
 
 
 def loadgen(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -212,3 +227,139 @@ def test_a_saved_scenario_reads_its_headers_from_variables(
     assert proc.returncode == 0, proc.stderr
     assert "completed 2/2" in proc.stdout
     assert key.encode() not in everything_written(tmp_path / "with")
+
+
+class BasicAuthServer(RawServer):
+    """Answers the model list and one-token streams, but only to ``Authorization: Basic`` of
+    ``tester:<password>`` (401 otherwise); keeps every Authorization header it was sent."""
+
+    def __init__(self, password: str) -> None:
+        self.expected = b"Basic " + base64.b64encode(f"tester:{password}".encode())
+        self.seen: list[bytes] = []
+        super().__init__()
+
+    def serve(self, conn: socket.socket) -> None:
+        while not self.closing.is_set():
+            head = conn.recv(65536)
+            if not head:
+                return
+            auth = [line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"authorization:")]
+            self.seen += auth
+            if auth != [self.expected]:
+                conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+                continue
+            if is_models(head):
+                conn.sendall(MODELS_ANSWER)
+                continue
+            body = (b'data: {"choices": [{"index": 0, "text": " a", "finish_reason": "length"}], '
+                    b'"usage": {"prompt_tokens": 8, "completion_tokens": 1}}\n\ndata: [DONE]\n\n')
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+
+
+def test_a_password_in_the_base_url_is_sent_as_basic_auth_and_written_nowhere(tmp_path: Path) -> None:
+    pw = secrets.token_hex(10)
+    server = BasicAuthServer(pw)
+    try:
+        out = tmp_path / "run"
+        proc = loadgen("run", "--base-url", f"http://tester:{pw}@127.0.0.1:{server.port}/v1", "--num-prompts", "3",
+                       "--output-len", "1", "--set", "workload.prompt=token-ids", "--out", str(out),
+                       env={"OPENAI_API_KEY": ""})
+    finally:
+        server.close()
+    assert proc.returncode == 0, proc.stderr
+    assert "completed 3/3" in proc.stdout
+    assert set(server.seen) == {server.expected}  # every request carried it, the model lookup included
+    assert pw.encode() not in everything_written(out)
+    assert pw not in proc.stdout + proc.stderr
+
+
+def test_the_locust_web_ui_shows_no_password(start_sim: StartSim, tmp_path: Path) -> None:
+    url = start_sim(ttft_ms=2, itl_ms=1)
+    pw = secrets.token_hex(10)
+    port = free_port("127.0.0.1")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "web", "workload": {"input_tokens": 8, "output_tokens": 2}}))
+    run_dir = tmp_path / "run"
+    with (tmp_path / "locust.log").open("w") as log:
+        ui = subprocess.Popen(
+            [sys.executable, "-m", "loadgen", "locust", "--scenario", str(path),
+             "--host", url.replace("http://", f"http://tester:{pw}@"), "--web-port", str(port), "--out", str(run_dir)],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )
+    web = f"http://127.0.0.1:{port}"
+    seen = b""
+    try:
+        with httpx.Client(timeout=10) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    page = http.get(web + "/")
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, (tmp_path / "locust.log").read_text()
+                    assert ui.poll() is None, (tmp_path / "locust.log").read_text()
+                    time.sleep(0.2)
+            seen += page.content
+            # a test started from the page, with the host the page offers
+            assert http.post(web + "/swarm", data={"user_count": 2, "spawn_rate": 2, "host": url}).status_code == 200
+            time.sleep(3)
+            for page_path in ("/", "/stats/requests", "/llm/stats", "/llm/history", "/llm/scenario", "/llm/stats/csv",
+                              "/stats/requests/csv", "/stats/report"):
+                seen += http.get(web + page_path).content
+            seen += http.get(web + "/stop").content
+            time.sleep(1)
+            seen += http.get(web + "/").content
+    finally:
+        ui.terminate()
+        ui.wait(30)
+    log_text = (tmp_path / "locust.log").read_bytes()
+    records = run_dir / "records.jsonl"
+    assert records.stat().st_size > 0  # the users sent requests
+    assert pw.encode() not in seen
+    assert pw.encode() not in log_text
+    assert pw.encode() not in everything_written(run_dir)
+    assert b"tester" not in seen  # the user name, too, stays off the page
+
+
+def test_an_engines_secret_flags_are_shown_and_written_redacted(tmp_path: Path) -> None:
+    key, token = f"sk-{secrets.token_hex(12)}", f"hf_{secrets.token_hex(12)}"
+    secret_args = ["--", "--api-key", key, f"--hf-token={token}"]
+    script = loadgen("serve", "tiny", "--backend", "vllm", "--script", *secret_args)
+    dry = loadgen("serve", "tiny", "--backend", "vllm", "--dry-run", *secret_args)
+    for proc in (script, dry):
+        assert proc.returncode == 0, proc.stderr
+        assert key not in proc.stdout + proc.stderr
+        assert token not in proc.stdout + proc.stderr
+    assert "--api-key '<redacted>'" in dry.stdout
+    # the script reads them from variables when it runs, and says which
+    assert '--api-key "${LOADGEN_ENGINE_API_KEY:?' in script.stdout
+    assert "# set LOADGEN_ENGINE_HF_TOKEN first (the engine's --hf-token)" in script.stdout
+    assert subprocess.run(["bash", "-n", "-c", script.stdout], check=False).returncode == 0
+    # a scenario's engine arguments are written down redacted too
+    resolved = dump_scenario(parse_scenario(
+        {"name": "x", "serve": {"backend": "vllm", "model": "tiny", "extra_args": ["--api-key", key, f"--hf-token={token}"]}},
+        "test"))
+    assert key not in resolved
+    assert token not in resolved
+    assert "--hf-token=<redacted>" in resolved
+
+    # serve itself: the line it prints, while an engine that never gets ready is started
+    engine = tmp_path / "engine"
+    engine.write_text("#!/bin/sh\necho started\nexec sleep 600\n")
+    engine.chmod(0o755)
+    log = tmp_path / "engine.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "serve", "tiny", "--backend", "vllm", "--port", "0", "--log", str(log),
+         *secret_args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "LOADGEN_VLLM_PYTHON": str(engine)},
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and b"started" in log.read_bytes()):
+        time.sleep(0.05)
+    proc.terminate()
+    out, err = proc.communicate(timeout=30)
+    assert "starting: " in err
+    assert key not in out + err
+    assert token not in out + err
