@@ -17,7 +17,7 @@ from typing import Literal
 import orjson
 
 from loadgen.data import Unchecked
-from loadgen.errors import OutputError
+from loadgen.errors import OutputError, RunDirError
 from loadgen.results.files import AppendFile
 
 FailureClass = Literal[
@@ -163,12 +163,20 @@ class RecordWriter:
         self._file.close()
 
 
+class UnreadableRecord(RunDirError):
+    """A line of ``records.jsonl`` that is not a request record; the message names the line."""
+
+
 def read_records(path: Path, offset: int = 0) -> Iterator[RequestRecord]:
     """Records from a ``records.jsonl`` (from byte ``offset``); a last line cut short by a
-    crash is skipped."""
+    crash is skipped; any other line that is not a record raises ``UnreadableRecord``."""
     with path.open("rb") as f:
         f.seek(offset)
-        for line in f:
+        for number, line in enumerate(f, 1):
             if not line.endswith(b"\n"):
                 break
-            yield RequestRecord.from_dict(orjson.loads(line))
+            try:
+                yield RequestRecord.from_dict(orjson.loads(line))
+            except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError) as exc:
+                where = f"line {number}" if offset == 0 else f"line {number} after byte {offset}"
+                raise UnreadableRecord(f"{where} is not a request record ({exc})") from None

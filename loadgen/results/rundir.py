@@ -38,7 +38,7 @@ from loadgen.results.files import AppendFile, remove_stale, write_file
 __all__ = ["write_file"]  # charts and report.html are written through it too
 from loadgen.results.metrics import summarize
 from loadgen.results.provenance import Provenance
-from loadgen.results.records import RecordWriter, RequestRecord, read_records
+from loadgen.results.records import RecordWriter, RequestRecord, UnreadableRecord, read_records
 from loadgen.results.samples import (
     SAMPLES,
     Sample,
@@ -338,8 +338,11 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
         try:
             for record in read_records(run_dir / RECORDS):
                 by_cell[record.cell].append(record)
-        except (orjson.JSONDecodeError, TypeError) as exc:
-            raise RunDirError(f"{run_dir / RECORDS}: unreadable record ({exc})") from exc
+        except UnreadableRecord as exc:
+            raise RunDirError(
+                f"{run_dir / RECORDS}: {exc}; the file is damaged: restore it, or remove that line "
+                "(the figures then leave that request out)"
+            ) from None
     statuses = read_cell_status(run_dir)
     legacy = not (run_dir / CELLS).is_file()
     probes = read_samples(run_dir / SAMPLES)
@@ -390,6 +393,12 @@ def load_scenario_of(run_dir: Path) -> Scenario:
         return parse_scenario(as_recorded(data) if isinstance(data, dict) else data, str(scenario_path))
     except ScenarioError as exc:
         raise RunDirError(str(exc)) from exc
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise RunDirError(f"{scenario_path}: not valid YAML{line}; restore the file the run wrote") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"{scenario_path}: cannot be read ({exc}); restore the file the run wrote") from None
 
 
 def rebuild_summary(run_dir: Path) -> Summary:
