@@ -127,13 +127,16 @@ def stream_request(
     read. A ``gevent.GreenletExit`` (Locust stopping the user) propagates with ``st`` filled
     so far.
     """
-    limits = [x for x in (t.first_token_s, t.total_s) if x is not None]
+    # the request's total bound is the one ``st`` holds (the scenario's, or the default one)
+    total_s = st.total_limit_ns / 1e9 if st.total_limit_ns is not None else None
+    limits = [x for x in (t.first_token_s, total_s) if x is not None]
     timer = gevent.Timeout(min(limits)) if limits else None
     resp = None
     now = time.perf_counter_ns
     error: FailureClass | None = None
     detail: str | None = None
     received = 0
+    idle_ns = int(t.between_tokens_s * 1e9) if t.between_tokens_s is not None else None
     if timer is not None:
         timer.start()
     try:
@@ -156,13 +159,19 @@ def stream_request(
                 break
             received += len(line)
             had_token = bool(st.chunk_ns)
-            if st.feed(line, now()) and st.outcome != (None, None):
+            at = now()
+            if st.feed(line, at) and st.outcome != (None, None):
                 break  # a failure: stop reading (the connection is closed, not reused)
+            if had_token and idle_ns is not None and at - st.chunk_ns[-1] > idle_ns:
+                # bytes keep coming but no token: comments alone do not keep a stream alive
+                error, detail = "timeout", f"no token for {t.between_tokens_s:g} s (between_tokens_s)"
+                st.done_ns = at
+                return error, detail, received
             if not had_token and st.chunk_ns and timer is not None:
                 timer.cancel()  # the first token is in: only the total timeout applies now
                 timer = None
-                if t.total_s is not None:
-                    timer = gevent.Timeout(max(t.total_s - (now() - st.sent_ns) / 1e9, 0.0))
+                if total_s is not None:
+                    timer = gevent.Timeout(max(total_s - (now() - st.sent_ns) / 1e9, 0.0))
                     timer.start()
         error, detail = st.end(now())
     except gevent.Timeout as exc:

@@ -107,3 +107,29 @@ def test_the_model_lookup_of_locust_users_is_bounded(mode: str, message: str) ->
     said, took = proc.stdout.strip().splitlines()
     assert said == f"{server.base_url}/models: {message}"
     assert int(took) <= 3
+
+
+def test_comments_alone_do_not_keep_a_locust_request_alive(tmp_path: Path) -> None:
+    from loadgen.results.records import read_records
+    from tests.integration.load.test_request_bounds import Misbehaving
+
+    server = Misbehaving("token_then_comments")  # one token, then a comment every 0.2 s without end
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "name": "comments", "target": {"model": "m", "timeouts": {"between_tokens_s": 1.0}},
+        "workload": {"input_tokens": 8, "output_tokens": 4, "prompt": "token-ids"},
+    }))
+    run_dir = tmp_path / "run"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario), "--host", server.base_url,
+             "--headless", "-u", "1", "-r", "1", "-t", "4s", "--out", str(run_dir), "--only-summary"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        )
+    finally:
+        server.close()
+    records = list(read_records(run_dir / "records.jsonl"))
+    ended = [r for r in records if r.error != "cancelled"]
+    assert ended, proc.stderr[-2000:]
+    assert {r.error for r in ended} == {"timeout"}
+    assert {r.error_detail for r in ended} == {"no token for 1 s (between_tokens_s)"}
