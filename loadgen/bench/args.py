@@ -226,8 +226,11 @@ def parse(argv: list[str]) -> BenchArgs:
     load: Unchecked = {
         "concurrency": ns.max_concurrency or "unlimited",
         "warmup_requests": ns.num_warmups,
-        "burstiness": ns.burstiness,
-        "arrival": "poisson" if ns.burstiness == 1 else "gamma",
+        # vLLM's rules: infinite burstiness is a constant gap; its pacing (a gap before the
+        # first request, the last sent at num_prompts / rate), so the same command offers the same load
+        "burstiness": ns.burstiness if ns.burstiness != float("inf") else 1.0,
+        "arrival": "constant" if ns.burstiness == float("inf") else "poisson" if ns.burstiness == 1 else "gamma",
+        "pacing": "vllm-bench",
     }
     if ns.ramp_up_strategy is not None:
         if ns.ramp_up_start_rps is None or ns.ramp_up_end_rps is None:

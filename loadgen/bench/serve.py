@@ -13,6 +13,7 @@ from loadgen.bench.args import BenchArgs, parse
 from loadgen.errors import AbortedError, Interrupted, TargetError
 from loadgen.load.prepare import QuietObserver
 from loadgen.load.run import execute
+from loadgen.load.schedule import Arrivals, vllm_offsets
 from loadgen.report.progress import ProgressObserver
 from loadgen.report.summary import render_markdown
 from loadgen.results.records import read_records
@@ -60,6 +61,23 @@ def scenario_of(b: BenchArgs) -> Scenario:
     return sc.model_copy(update={"workload": resolve_files(sc.workload, Path.cwd() / "flags")})
 
 
+def first_gap(sc: Scenario, seed: int | None) -> float:
+    """The wait before the first request that vLLM's pacing draws (counted in its duration, as
+    vLLM counts it); 0 where requests are not paced (no rate) or a trace sets the times."""
+    ld = sc.load
+    rate = next(iter(ld.rate), None)
+    paced = rate is not None or ld.ramp_up is not None
+    if ld.pacing != "vllm-bench" or seed is None or sc.workload.num_prompts < 1 or not paced:
+        return 0.0
+    arrivals = Arrivals(rate, ld.arrival, ld.burstiness, seed)
+    n = sc.workload.num_prompts
+    if ld.ramp_up is not None:
+        r = ld.ramp_up
+        return vllm_offsets(n, r.end_rate, arrivals, (r.strategy, r.start_rate, r.end_rate))[0]
+    assert rate is not None
+    return vllm_offsets(n, rate, arrivals)[0]
+
+
 def bench_serve(
     argv: list[str], show: Callable[[str], None], message: Callable[[str], None],
     progress: Callable[[], ProgressObserver],
@@ -88,6 +106,7 @@ def bench_serve(
     data.update(vllm_result(
         records, percentile_metrics=b.percentile_metrics, percentiles=b.percentiles, goodput=b.goodput or None,
         max_concurrency=b.ns.max_concurrency, detailed=b.ns.save_detailed,
+        lead_s=first_gap(sc, result.summary.seed),
     ))
     show(result_text(data, b.percentile_metrics))
     if b.ns.save_result:

@@ -17,15 +17,18 @@ from typing import Any
 from loadgen.errors import TargetError
 from loadgen.load.client import StreamingClient
 from loadgen.load.dispatch import LoadPlan, run_load
-from loadgen.load.schedule import Arrivals, iter_offsets, ramp_offsets
+from loadgen.load.sampling import MetricsScraper
+from loadgen.load.schedule import Arrivals, iter_offsets, ramp_offsets, vllm_offsets
 from loadgen.load.selfcheck import ClientMonitor
 from loadgen.load.sessions import SessionPool, SessionRunner, Turns
 from loadgen.load.target import unusable
 from loadgen.load.workers import resolve_workers, run_workers, worker_jobs
+from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import Scenario
+from loadgen.servers.launch import LaunchedServer
 from loadgen.workload.payload import PreparedRequest
 from loadgen.workload.prompts import RequestPool, TextCalibration, calibration_from, calibration_requests
 
@@ -69,6 +72,20 @@ async def calibrate(
         emit(seen[-1])
         points.append((words, seen[-1].prompt_tokens))
     return calibration_from(points)
+
+
+@dataclass(frozen=True, slots=True)
+class Measuring:
+    """What every cell of an engine's group is measured with: the client, the scraper of the
+    server's /metrics, the engine loadgen launched (None: a server it was given), the model
+    served, the text calibration, and the server as the tables describe it."""
+
+    client: StreamingClient
+    scraper: MetricsScraper
+    server: LaunchedServer | None
+    model: str
+    calibration: TextCalibration
+    desc: ServerInfo
 
 
 async def warmup(
@@ -131,7 +148,7 @@ async def measure_window(client: StreamingClient, cell: Cell, pool: RequestPool,
     workers = resolve_workers(ld.workers)
     if cell.concurrency is not None:
         workers = min(workers, cell.concurrency)
-    arrivals = Arrivals(cell.rate, ld.arrival, ld.burstiness, seed)
+    arrivals = Arrivals(cell.rate, ld.arrival, ld.burstiness, seed, ld.pacing, count)
     if (shape := shaped(point)) is not None:
         if workers > 1:
             window.message(f"{shape} run in one client process (load.workers {ld.workers} is for plain schedules)")
@@ -195,7 +212,10 @@ async def _shaped_window(client: StreamingClient, cell: Cell, pool: RequestPool,
         total = len(rows)
     elif ld.ramp_up is not None:
         r = ld.ramp_up
-        ramp = ramp_offsets(len(pool), r.strategy, r.start_rate, r.end_rate, arrivals)
+        if ld.pacing == "vllm-bench":
+            ramp = vllm_offsets(len(pool), r.end_rate, arrivals, (r.strategy, r.start_rate, r.end_rate))
+        else:
+            ramp = ramp_offsets(len(pool), r.strategy, r.start_rate, r.end_rate, arrivals)
         plans.append((LoadPlan(pool, ramp, len(pool), cell.concurrency, ld.duration_s), None))
         total = len(pool)
     else:

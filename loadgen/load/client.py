@@ -18,207 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import os
-import select
-import socket
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
 from urllib.parse import urlsplit
 
-import httptools
 import httpx
 import orjson
 
 from loadgen import __version__
 from loadgen.data import Unchecked
+from loadgen.load.connection import CLOSE_HABIT_NS, STARVE_ENV, ClientStats, Connection, Exchange, readable
 from loadgen.load.limits import CLIENT_ERRNOS
 from loadgen.load.sidecall import side_call, side_client
-from loadgen.load.stream import Outcome, StreamState, error_snippet
+from loadgen.load.stream import Outcome, StreamState
 from loadgen.results.records import FailureClass, RequestRecord
 from loadgen.scenario.schema import Target, default_total_s, split_userinfo
 from loadgen.workload.payload import ENDPOINTS, PreparedRequest, auth_headers, with_basic_auth
 
 __all__ = ["ClientStats", "PreparedRequest", "StreamingClient", "auth_headers"]
-
-# test hook: busy-wait this many milliseconds per read, to starve the client on purpose
-_STARVE_ENV = "LOADGEN_TEST_CHUNK_DELAY_MS"
-
-
-@dataclass(slots=True)
-class ClientStats:
-    """What the read path cost: reads handled, the time spent handling them, connections opened."""
-
-    reads: int = 0
-    read_ns: int = 0
-    connects: int = 0
-
-
-class _Exchange:
-    """One request on a connection: what the protocol callbacks fill in, and its end."""
-
-    __slots__ = ("st", "done", "body", "collect", "last_ns")
-
-    def __init__(self, st: StreamState, done: asyncio.Future[Outcome], collect: bool = False) -> None:
-        self.st = st
-        self.done = done
-        self.body: list[bytes] | None = None  # collected when the status is >= 400, or always
-        self.collect = collect  # a plain (non-stream) exchange: the body is read whole
-        self.last_ns = 0
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection carrying one request at a time."""
-
-    def __init__(self, stats: ClientStats, starve_s: float) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.reusable = False
-        self.ex: _Exchange | None = None
-        self._parser = httptools.HttpResponseParser(self)
-        self._stats = stats
-        self._t = 0
-        self._until_close = False
-        self._html = False  # the answer says it is a web page, not an event stream
-        self._starve_s = starve_s
-
-    # asyncio callbacks
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        t = self._t = time.perf_counter_ns()
-        if self.ex is not None:
-            self.ex.last_ns = t
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail("reset" if self.ex is None or self.ex.st.status is None else "stream_cut",
-                       f"invalid HTTP response: {exc}")
-        if self._starve_s:
-            end = time.perf_counter() + self._starve_s
-            while time.perf_counter() < end:
-                pass
-        stats = self._stats
-        stats.reads += 1
-        stats.read_ns += time.perf_counter_ns() - t
-
-    def eof_received(self) -> bool | None:
-        return None  # close our side too; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        ex = self.ex
-        if ex is None or ex.done.done():
-            return
-        st = ex.st
-        if st.status is None:
-            detail = f"{type(exc).__name__}: {exc}" if exc else "server closed the connection before responding"
-            ex.done.set_result(("reset", detail))
-        elif self._until_close and exc is None:
-            self._finish(st.end(time.perf_counter_ns()))  # a body delimited by the close
-        elif st.outcome == (None, None):
-            ex.done.set_result((None, None))  # [DONE] arrived; only the terminator was lost
-        else:
-            detail = f"{type(exc).__name__}: {exc}" if exc else "server closed the connection mid-body"
-            ex.done.set_result(("stream_cut", detail))
-
-    # httptools callbacks
-    def on_headers_complete(self) -> None:
-        ex = self.ex
-        if ex is None:
-            return
-        status = self._parser.get_status_code()
-        ex.st.status = status
-        # a stream is a 200 of events: an error status, another 2xx (204 No Content...) or a
-        # web page (a proxy's or a login page) is read whole and classed, never parsed as SSE
-        if status >= 400 or ex.collect or status != 200 or self._html:
-            ex.body = []
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        lower = name.lower()
-        if lower == b"transfer-encoding" or lower == b"content-length":
-            self._until_close = False
-        elif lower == b"content-type" and value.lower().startswith(b"text/html"):
-            self._html = True
-
-    def on_body(self, body: bytes) -> None:
-        ex = self.ex
-        if ex is None:
-            return
-        if ex.body is not None:
-            ex.body.append(body)
-            return
-        st = ex.st
-        if st.feed(body, self._t) and st.outcome != (None, None) and not ex.done.done():
-            # a failure decided mid-stream: stop reading, the connection is dropped
-            assert st.outcome is not None
-            ex.done.set_result(st.outcome)
-            self.abort()
-
-    def on_message_complete(self) -> None:
-        ex = self.ex
-        self.reusable = self._parser.should_keep_alive()
-        if ex is None or ex.done.done():
-            return
-        status = ex.st.status or 0
-        if ex.body is not None and status >= 400:
-            ex.done.set_result(("http_status", error_snippet(b"".join(ex.body))))
-        elif ex.body is not None and not ex.collect and status != 200:
-            ex.done.set_result(("http_status", f"HTTP {status} where a stream was expected"))
-        elif ex.body is not None and not ex.collect:
-            ex.done.set_result(("malformed", "a web page (text/html) where an event stream was expected"))
-        elif ex.body is not None:
-            ex.done.set_result((None, None))
-        else:
-            self._finish(ex.st.end(self._t))
-
-    # the client's side
-    def begin(self, ex: _Exchange, request: bytes) -> None:
-        self.ex = ex
-        self.reusable = False
-        self._until_close = True  # until a length or chunked encoding says otherwise
-        self._html = False
-        self._parser = httptools.HttpResponseParser(self)
-        assert self.transport is not None
-        ex.st.sent_ns = ex.last_ns = time.perf_counter_ns()
-        self.transport.write(request)
-
-    def _finish(self, outcome: Outcome) -> None:
-        ex = self.ex
-        if ex is not None and not ex.done.done():
-            ex.done.set_result(outcome)
-
-    def _fail(self, error: FailureClass, detail: str) -> None:
-        ex = self.ex
-        if ex is not None and not ex.done.done():
-            ex.done.set_result((error, detail))
-        self.abort()
-
-    def abort(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-
-def _readable(conn: _Connection) -> bool:
-    """True when an idle connection has something to read: the server's EOF, most likely."""
-    sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
-    if sock is None:
-        return False
-    poll = select.poll()
-    poll.register(sock.fileno(), select.POLLIN | select.POLLRDHUP)
-    return bool(poll.poll(0))
-
 
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
@@ -272,10 +91,12 @@ class StreamingClient:
         self._total_s = t.total_s
         self._base = config.clock_base_ns
         self._fresh = config.new_connection_per_request
-        self._free: list[_Connection] = []
-        self._all: set[_Connection] = set()
+        # why the server is not sent kept-alive connections (learned from its habit), once known
+        self.learned_close: str | None = None
+        self._free: list[Connection] = []
+        self._all: set[Connection] = set()
         self.stats = ClientStats()
-        self._starve_s = float(os.environ.get(_STARVE_ENV) or 0) / 1e3
+        self._starve_s = float(os.environ.get(STARVE_ENV) or 0) / 1e3
 
     async def __aenter__(self) -> StreamingClient:
         return self
@@ -302,31 +123,57 @@ class StreamingClient:
             raise ValueError("not an OpenAI /models answer")
         return data
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()
         if self._tls and self._ssl is None:
             self._ssl = httpx.create_ssl_context()
         async with asyncio.timeout(self._connect_s):
             _, conn = await loop.create_connection(
-                lambda: _Connection(self.stats, self._starve_s), self._host, self._port,
+                lambda: Connection(self.stats, self._starve_s), self._host, self._port,
                 ssl=self._ssl if self._tls else None,
             )
         self.stats.connects += 1
         self._all.add(conn)
         return conn
 
-    def _idle(self) -> _Connection | None:
+    def _idle(self) -> Connection | None:
         """A kept-alive connection to reuse; one the server has closed (or sent anything on)
-        while idle is dropped, as httpcore does, instead of failing the next request."""
+        while idle is dropped, as httpcore does, instead of failing the next request. A server
+        that closed it right after its answer has the close-after-answer habit: learned."""
         while self._free:
             conn = self._free.pop()
-            if not conn.closed and not _readable(conn):
+            if not conn.closed and not readable(conn):
                 return conn
+            if conn.answered_ns and time.perf_counter_ns() - conn.answered_ns < CLOSE_HABIT_NS:
+                self._learn("it closed a kept-alive connection right after its answer")
             conn.abort()
             self._all.discard(conn)
         return None
 
-    def _put_back(self, conn: _Connection) -> None:
+    def _learn(self, why: str) -> None:
+        """Stop reusing connections to a server that closes them after each answer (llama.cpp
+        does, while its headers offer keep-alive): from now on every request opens its own, and
+        its TTFT includes the connect, as it does for every real client of that server."""
+        if self.learned_close is None:
+            self.learned_close = why
+        self._fresh = True
+        for conn in self._free:
+            conn.close()
+            self._all.discard(conn)
+        self._free.clear()
+
+    async def _open(self, st: StreamState) -> tuple[Connection | None, FailureClass | None, str | None]:
+        """A new connection, or the failure to get one (its setup counts in TTFT)."""
+        st.sent_ns = time.perf_counter_ns()
+        try:
+            return await self._connect(), None, None
+        except TimeoutError:
+            return None, "timeout", f"connect (no connection in {self._connect_s} s)"
+        except OSError as exc:
+            # out of descriptors or buffers is the client's own failure, not the server's
+            return None, "client" if exc.errno in CLIENT_ERRNOS else "connect", str(exc) or type(exc).__name__
+
+    def _put_back(self, conn: Connection) -> None:
         conn.ex = None
         if conn.closed or not conn.reusable or self._fresh:
             conn.close()
@@ -335,11 +182,11 @@ class StreamingClient:
             self._free.append(conn)
 
     @staticmethod
-    def holder() -> list[_Connection | None]:
+    def holder() -> list[Connection | None]:
         """An empty holder for ``send(hold=...)``: the connection a session keeps between turns."""
         return [None]
 
-    def release(self, hold: list[_Connection | None]) -> None:
+    def release(self, hold: list[Connection | None]) -> None:
         """A held connection back to the pool (the end of a session)."""
         if hold and hold[0] is not None:
             conn, hold[0] = hold[0], None
@@ -367,7 +214,7 @@ class StreamingClient:
                 conn = await self._connect()
             except (OSError, TimeoutError):
                 return  # the measured requests will record what is wrong
-            ex = _Exchange(StreamState(), loop.create_future(), collect=True)
+            ex = Exchange(StreamState(), loop.create_future(), collect=True)
             conn.begin(ex, get)
             try:
                 async with asyncio.timeout(self._between_s):
@@ -386,7 +233,7 @@ class StreamingClient:
         emit: Callable[[RequestRecord], None],
         slot_ns: int | None = None,
         answer: list[str] | None = None,
-        hold: list[_Connection | None] | None = None,
+        hold: list[Connection | None] | None = None,
     ) -> None:
         """Send one request and ``emit`` its record (also when cancelled, before re-raising);
         ``slot_ns``: when a concurrency slot became free for it; ``answer``: a list the
@@ -398,38 +245,55 @@ class StreamingClient:
         st.answer = answer
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
-        ex = _Exchange(st, done)
-        conn: _Connection | None = None
+        ex = Exchange(st, done)
+        conn: Connection | None = None
         error: FailureClass | None = None
         detail: str | None = None
         timers: list[asyncio.TimerHandle] = []
+        payload = self._head + b"%d\r\n\r\n" % len(req.body) + req.body
         try:
             if hold is not None and hold[0] is not None:
                 kept, hold[0] = hold[0], None
-                if not kept.closed and not _readable(kept):
+                if not kept.closed and not readable(kept):
                     conn = kept
                 else:
                     kept.abort()
                     self._all.discard(kept)
             if conn is None:
                 conn = self._idle()
+            reused = conn is not None
             if conn is None:
-                st.sent_ns = time.perf_counter_ns()  # a new connection: setup counts in TTFT
-                try:
-                    conn = await self._connect()
-                except TimeoutError:
-                    error, detail = "timeout", f"connect (no connection in {self._connect_s} s)"
-                except OSError as exc:
-                    # out of descriptors or buffers is the client's own failure, not the server's
-                    error = "client" if exc.errno in CLIENT_ERRNOS else "connect"
-                    detail = str(exc) or type(exc).__name__
+                conn, error, detail = await self._open(st)  # a new connection: setup counts in TTFT
             if conn is not None:
                 sent = st.sent_ns
-                conn.begin(ex, self._head + b"%d\r\n\r\n" % len(req.body) + req.body)
-                if self._fresh and sent:
+                conn.begin(ex, payload)
+                if sent:
                     st.sent_ns = sent
                 timers = self._arm(loop, conn, ex, total)
                 error, detail = await done
+                if error == "reset" and reused and not ex.answered:
+                    # a kept-alive connection the server closed before any byte of the answer:
+                    # the request never reached it (a POST without an answer is safe to resend).
+                    # Sent again on a new connection, once; its times stay the first attempt's
+                    if conn.answered_ns and st.sent_ns - conn.answered_ns < CLOSE_HABIT_NS:
+                        # right after its last answer: the server's habit, not an idle timeout
+                        self._learn("it closed a kept-alive connection before answering")
+                    first = st.sent_ns
+                    for h in timers:
+                        h.cancel()
+                    conn.abort()
+                    self._all.discard(conn)
+                    st.retries += 1
+                    self.stats.retries += 1
+                    done = loop.create_future()
+                    ex = Exchange(st, done)
+                    conn, error, detail = await self._open(st)
+                    st.sent_ns = first
+                    if conn is not None:
+                        conn.begin(ex, payload)
+                        st.sent_ns = first
+                        timers = self._arm(loop, conn, ex, total)
+                        error, detail = await done
         except asyncio.CancelledError:
             if conn is not None:
                 conn.abort()
@@ -453,7 +317,7 @@ class StreamingClient:
         emit(st.record(req, request_id, scheduled_ns, self._base, error, detail, self._worker, slot_ns))
 
     def _arm(
-        self, loop: asyncio.AbstractEventLoop, conn: _Connection, ex: _Exchange, total: float,
+        self, loop: asyncio.AbstractEventLoop, conn: Connection, ex: Exchange, total: float,
     ) -> list[asyncio.TimerHandle]:
         """Timers for the deadlines: first token / total from ``sent_at``, and the gap (re-armed
         lazily): to complete headers, then between bytes until the first token (keep-alives while

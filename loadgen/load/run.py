@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.engines.preflight import check_models
 from loadgen.errors import EngineUnavailable, LaunchError, OutputError, ScenarioError, TargetError, UsageError
-from loadgen.load.cell import AbortRule, Window, calibrate, measure_window, warmup
+from loadgen.load.cell import AbortRule, Measuring, Window, calibrate, measure_window, warmup
 from loadgen.load.client import ClientConfig, StreamingClient
+from loadgen.load.connection import CLOSES_AFTER_ANSWER
 from loadgen.load.limits import connections_needed, ensure_fd_limit
 from loadgen.load.prepare import (
     Observer,
@@ -173,20 +173,6 @@ def execute(
     if run.abort_reason is not None:
         out.write_summary(summary, None)  # report.md already says what was measured
     return RunResult(run_dir, summary, run.stop_requested, run.abort_reason)
-
-
-@dataclass(frozen=True, slots=True)
-class Measuring:
-    """What every cell of an engine's group is measured with: the client, the scraper of the
-    server's /metrics, the engine loadgen launched (None: a server it was given), the model
-    served, the text calibration, and the server as the tables describe it."""
-
-    client: StreamingClient
-    scraper: MetricsScraper
-    server: LaunchedServer | None
-    model: str
-    calibration: TextCalibration
-    desc: ServerInfo
 
 
 class _Run:
@@ -386,6 +372,7 @@ class _Run:
                 raise
             finally:
                 relaying.cancel()
+                self._connection_habit(m.client)
                 records = list(read_records(self.run_dir / RECORDS, start))
                 interrupted = stop.is_set() and rule.reason is None
                 early = watch.stopped if watch is not None else None
@@ -409,6 +396,13 @@ class _Run:
             if server is not None and server.proc is not None and (code := server.proc.poll()) is not None:
                 self.engine_death = (exit_status(code), server.log_path, cell.index)
                 return
+
+    def _connection_habit(self, client: StreamingClient) -> None:
+        """Once the client learned that the server closes its connections after each answer:
+        said on the console and in provenance, once."""
+        if client.learned_close is not None and self.provenance.closes_connections(client.learned_close):
+            self.out.write_provenance(self.provenance)
+            self.obs.message(CLOSES_AFTER_ANSWER.format(why=client.learned_close))
 
     async def _measure(
         self, m: Measuring, cell: Cell, emit: Callable[[RequestRecord], None], stop: asyncio.Event,

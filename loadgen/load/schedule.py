@@ -8,6 +8,11 @@ request i starts after i inter-arrival gaps drawn from the chosen process:
 - ``gamma``: gamma gaps with shape ``burstiness`` and mean ``1/rate`` (burstiness 1 is
   poisson; below 1 is burstier, above 1 is more regular), as vLLM's benchmark defines it.
 - ``rate=None``: every request is offered at 0 and only the concurrency limit holds them.
+
+vLLM's benchmark paces a known number of requests otherwise (``pacing="vllm-bench"``, what
+``bench serve`` uses): a gap is drawn before the first request too, and the offsets are
+rescaled so that the last request is sent at ``count / rate``; on a ramp-up each gap is drawn at
+the rate of the request it precedes, with no rescaling.
 """
 
 from __future__ import annotations
@@ -29,8 +34,12 @@ class Arrivals:
     arrival: str = "poisson"
     burstiness: float = 1.0
     seed: int = 0
+    pacing: str = "loadgen"
+    count: int | None = None  # requests of the window (vLLM's pacing needs it; None: endless)
 
     def offsets(self) -> Iterator[float]:
+        if self.pacing == "vllm-bench" and self.rate is not None and self.count:
+            return iter(vllm_offsets(self.count, self.rate, self))
         return iter_offsets(self.rate, arrival=self.arrival, burstiness=self.burstiness, seed=self.seed)
 
     def at(self, rate: float | None, seed: int) -> Arrivals:
@@ -90,6 +99,23 @@ def ramp_rate(strategy: str, start: float, end: float, index: int, count: int) -
     if strategy == "linear":
         return start + (end - start) * progress
     return float(start * (end / start) ** progress)
+
+
+def vllm_offsets(
+    count: int, rate: float, arrivals: Arrivals, ramp: tuple[str, float, float] | None = None,
+) -> list[float]:
+    """vLLM's benchmark pacing of ``count`` requests: offset i is the sum of gaps 0..i (one
+    before the first request too), each drawn at request i's rate (``ramp``: strategy, start
+    and end rates); without a ramp the offsets are scaled so that the last is ``count / rate``."""
+    rng = np.random.default_rng(arrivals.seed)
+    gaps = []
+    for i in range(count):
+        at = ramp_rate(ramp[0], ramp[1], ramp[2], i, count) if ramp is not None else rate
+        gaps.append(float(_gaps(rng, 1, at, arrivals.arrival, arrivals.burstiness)[0]))
+    offsets = np.cumsum(gaps)
+    if ramp is None and offsets[-1] > 0:
+        offsets *= (count / rate) / offsets[-1]
+    return [float(x) for x in offsets]
 
 
 def ramp_offsets(count: int, strategy: str, start: float, end: float, arrivals: Arrivals) -> list[float]:

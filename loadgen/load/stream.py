@@ -25,7 +25,7 @@ class StreamState:
         "sent_ns", "chunk_ns", "chunk_tokens", "cum_tokens", "usage_completion",
         "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
         "first_limit_ns", "total_limit_ns", "first_answer_ns", "reasoning_tokens", "cached_tokens", "answer",
-        "token_limit",
+        "token_limit", "retries",
     )
 
     def __init__(
@@ -57,6 +57,7 @@ class StreamState:
         # more output tokens than this (max_tokens and a margin for servers that count an end
         # token or two) no request can have: a usage beyond it is invalid, a stream beyond it overruns
         self.token_limit = token_limit(max_tokens)
+        self.retries = 0  # sent again on a new connection: the kept-alive one was closed unanswered
 
     def feed(self, raw: bytes, t: int) -> bool:
         """Bytes read from the body at ``t``; True once the stream is decided (more bytes
@@ -197,6 +198,7 @@ class StreamState:
             reasoning_tokens=self.reasoning_tokens,
             cached_tokens=self.cached_tokens,
             turn=req.turn,
+            retries=self.retries,
         )
 
 

@@ -141,7 +141,14 @@ def stream_request(
         timer.start()
     try:
         st.sent_ns = now()
-        resp = http.request("POST", path, body=body, headers=headers)
+        try:
+            resp = http.request("POST", path, body=body, headers=headers)
+        except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError):
+            # a kept-alive connection the server closed before any byte of the answer: the
+            # request never reached it (a POST without an answer is safe to resend). Sent again
+            # on a new connection, once; the record keeps the first attempt's time
+            st.retries += 1
+            resp = http.request("POST", path, body=body, headers=headers)
         st.status = resp.status_code
         if st.status >= 400:
             body_read = resp.read()

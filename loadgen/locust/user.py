@@ -104,6 +104,12 @@ class LLMUser(User):
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the request sent is on record
             error, detail, body_bytes = "malformed", f"{type(exc).__name__}: {str(exc)[:200]}", 0
             st.done_ns = st.done_ns or time.perf_counter_ns()
+        if st.retries and bench.headers.get("Connection") != "close":
+            # the server closes its connections after each answer: from now on every request
+            # opens its own (and its TTFT includes the connect), as for every client of it
+            bench.headers["Connection"] = "close"
+            log.info("loadgen: the server closed a kept-alive connection before answering: every request "
+                     "from here on opens a new connection, and its TTFT includes the connect")
         record = st.record(req, request_id, st.sent_ns, BASE_NS, error, detail)
         end = st.done_ns or time.perf_counter_ns()
         report(self.environment, record, (end - st.sent_ns) / 1e6, body_bytes)

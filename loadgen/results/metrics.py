@@ -135,6 +135,8 @@ def summarize(
             (r.output_tokens + _prompt_len(r)) / e2e for r in ok if (e2e := r.e2e_s) is not None and e2e > 0
         ),
     )
+    if retries := sum(r.retries for r in measured):
+        metrics = replace(metrics, connection_retries=retries)
     thinking = [r for r in ok if r.reasoning_tokens > 0]
     if thinking:
         metrics = replace(metrics, reasoning=Reasoning(

@@ -134,6 +134,14 @@ class Provenance:
     def params_dropped(self, params: list[str], reason: str) -> None:
         self._data["params_dropped"] = {"params": params, "reason": reason}
 
+    def closes_connections(self, why: str) -> bool:
+        """The server closes its connections after each answer, so none is reused
+        (``connections``); True when this is news (told once)."""
+        if self._data.get("connections") is not None:
+            return False
+        self._data["connections"] = {"reuse": False, "why": why}
+        return True
+
     def note(self, **values: object) -> None:
         """Facts of a Locust run (its workers)."""
         self._data.update(values)

@@ -78,6 +78,9 @@ class RequestRecord:
     turn: int | None = None
     # staged load: the stage the request was sent in (0-based)
     stage: int | None = None
+    # times it was sent again on a new connection, the kept-alive one having been closed by the
+    # server before any byte of the answer (its times are the first attempt's)
+    retries: int = 0
 
     @property
     def ok(self) -> bool:

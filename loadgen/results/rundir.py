@@ -115,6 +115,12 @@ def cell_summary(
             "load.reset_cache: between-cells"
         )
     metrics = summarize(records, point.slo, open_loop=cell.open_loop) if measured else None
+    if metrics is not None and metrics.connection_retries:
+        warnings.append(
+            f"{metrics.connection_retries} requests were sent again on a new connection: the server closed a "
+            "kept-alive connection before answering (llama.cpp closes after every answer); each kept the time "
+            "of its first attempt, so its TTFT includes the new connection"
+        )
     probe = None
     if cell.search is not None and point.load.search is not None:
         value = cell.concurrency if point.load.search.by == "concurrency" else cell.rate

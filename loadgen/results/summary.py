@@ -149,6 +149,9 @@ class CellMetrics:
     reasoning: Reasoning | None = None
     turns: tuple[Breakdown, ...] | None = None
     stages: tuple[Breakdown, ...] | None = None
+    # requests sent again on a new connection: the server closed a kept-alive one before any
+    # byte of the answer (a request that never reached it); their times are the first attempt's
+    connection_retries: int = 0
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -177,6 +180,7 @@ class CellMetrics:
         values["chunk_token_discrepancy"] = ChunkDiscrepancy(**(data.get("chunk_token_discrepancy") or {}))
         values["failures_by_class"] = dict(data.get("failures_by_class") or {})
         values["reasoning"] = Reasoning.from_dict(data.get("reasoning"))
+        values["connection_retries"] = int(data.get("connection_retries") or 0)
         for by, name in (("turn", "turns"), ("stage", "stages")):
             if (groups := data.get(name)) is not None:
                 values[name] = tuple(Breakdown.from_dict(by, g) for g in groups)

@@ -62,13 +62,15 @@ def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
 
 def vllm_result(
     records: list[RequestRecord], *, percentile_metrics: list[str], percentiles: list[float],
-    goodput: dict[str, float] | None, max_concurrency: int | None, detailed: bool,
+    goodput: dict[str, float] | None, max_concurrency: int | None, detailed: bool, lead_s: float = 0.0,
 ) -> VllmResult:
-    """The benchmark part of vLLM's result JSON (the header fields are the caller's)."""
+    """The benchmark part of vLLM's result JSON (the header fields are the caller's); its
+    duration runs from the start of the benchmark, ``lead_s`` before the first request was due
+    (vLLM's pacing waits a drawn gap before it), to the last answer, as vLLM measures it."""
     measured = sorted((r for r in records if not r.warmup), key=lambda r: r.request_id)
     ok = [r for r in measured if r.ok and r.first_token_at is not None and r.sent_at is not None]
     good_ids = {id(r) for r in ok}
-    start = min((r.scheduled_at for r in measured), default=0.0)
+    start = min((r.scheduled_at for r in measured), default=0.0) - lead_s
     end = max((r.done_at for r in measured if r.done_at is not None), default=start)
     duration = max(end - start, 1e-9)
 

@@ -282,6 +282,10 @@ class Load(_Model):
     rate: RateSweep = (None,)
     arrival: Literal["poisson", "constant", "gamma"] = "poisson"
     burstiness: float = Field(1.0, gt=0)
+    # how an open loop of num_prompts is paced: "loadgen" sends the first request at 0 and keeps
+    # the gaps drawn; "vllm-bench" (what bench serve uses) waits a drawn gap before the first too and
+    # rescales the gaps so the last send falls at num_prompts / rate, as vLLM's benchmark does
+    pacing: Literal["loadgen", "vllm-bench"] = "loadgen"
     warmup_requests: int = Field(1, ge=0)
     duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     # end the run early (exit 4) once this share of a cell's finished requests failed ...

@@ -7,17 +7,19 @@ Hugging Face checkpoint once with CTranslate2's converter into loadgen's cache).
 from ``Generator.generate_tokens`` one request at a time in arrival order, as the transformers
 engine does; ``ignore_eos`` / ``min_tokens`` become ``min_length``, so the output length is exact.
 The compute type (``int8``, ``int8_float16``, ``int8_bfloat16``, ``float16``, ``bfloat16``,
-``float32``) is the quantization.
+``float32``) is the quantization; ``default`` (without ``--quant``) keeps the model's own precision.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
 from loadgen.servers.hfserve import Job, Runner, engine_parser, serve_runner
 
-COMPUTE_TYPES = ("int8", "int8_float16", "int8_bfloat16", "int8_float32", "float16", "bfloat16", "float32")
+# "default": the precision the model was converted with (CTranslate2's own default)
+COMPUTE_TYPES = ("default", "int8", "int8_float16", "int8_bfloat16", "int8_float32", "float16", "bfloat16", "float32")
 
 
 def convert(checkpoint: str, out: Path) -> Path:
@@ -47,7 +49,7 @@ class CT2Runner(Runner):
         self.vocab_size = int(cfg.vocab_size)
         self.max_model_len = max_model_len or int(getattr(cfg, "max_position_embeddings", 4096))
         self.attn = "ctranslate2"
-        self.dtype = compute_type
+        self.dtype = str(getattr(self.generator, "compute_type", compute_type))  # "default" resolved
         self.device = type("Device", (), {"type": device})()
         self.model_bytes = sum(f.stat().st_size for f in Path(model).glob("*.bin"))
         self.start()
@@ -89,14 +91,19 @@ class CT2Runner(Runner):
             steps.close()
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The engine's command line (what ``loadgen serve --backend ctranslate2`` launches)."""
     parser = engine_parser("loadgen.servers.ct2serve", __doc__ or "")
     parser.add_argument("--model", required=True, help="a CTranslate2 model directory")
     parser.add_argument("--tokenizer", required=True, help="the Hugging Face checkpoint it was converted from")
     parser.add_argument("--compute-type", default="int8", choices=COMPUTE_TYPES)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: CTranslate2's default)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     runner = CT2Runner(args.model, args.tokenizer, compute_type=args.compute_type, device=args.device,
                        threads=args.threads, max_model_len=args.max_model_len)
     serve_runner(runner, args.served_model_name or Path(args.tokenizer).name, args.host, args.port,

@@ -431,7 +431,8 @@ def serve_runner(runner: Runner, name: str, host: str, port: int, about: str) ->
     run_uvicorn(TransformersApp(runner, name), host, port)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The engine's command line (what ``loadgen serve --backend transformers`` launches)."""
     parser = engine_parser("loadgen.servers.hfserve", __doc__ or "")
     parser.add_argument("--model", required=True, help="local path or hub id")
     parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
@@ -439,12 +440,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--load-in", default=None, choices=get_args(LoadIn), help="bitsandbytes weights (GPU)")
     parser.add_argument("--grad-mode", default="inference_mode", choices=get_args(GradMode))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser_ = parser()
+    args = parser_.parse_args(argv)
     if args.load_in is not None:
         import importlib.util
 
         if importlib.util.find_spec("bitsandbytes") is None:
-            parser.error(f"--load-in {args.load_in}: needs bitsandbytes (pip install bitsandbytes) and a CUDA GPU")
+            parser_.error(f"--load-in {args.load_in}: needs bitsandbytes (pip install bitsandbytes) and a CUDA GPU")
     runner = ModelRunner(args.model, dtype=args.dtype, attn=args.attn_implementation, device=args.device,
                          max_model_len=args.max_model_len, load_in=args.load_in, grad_mode=args.grad_mode)
     serve_runner(runner, args.served_model_name or Path(args.model).name, args.host, args.port,

@@ -4,7 +4,6 @@ comparison of every engine installed here, rendered in the reference table's lay
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -20,16 +19,6 @@ from tests.conftest import live_group_members
 from tests.e2e.test_engines import ROOT, assert_exact_usage, loadgen, popen, scenario
 
 
-@pytest.fixture(scope="module")
-def llamacpp_built() -> None:
-    from loadgen.engines.llamacpp import is_set_up
-
-    if not is_set_up():
-        if os.environ.get("CI"):
-            pytest.fail("llama.cpp is not built; .ci/run must run `loadgen setup llamacpp`")
-        pytest.skip("llama.cpp is not built here (loadgen setup llamacpp)")
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -37,36 +26,40 @@ def free_port() -> int:
     return port
 
 
-def serve_and_run(tmp_path: Path, *serve_args: str, exact_chunks: bool = True) -> str:
-    """`loadgen serve tiny ARGS`, 16 requests at concurrency 4 against it, then Ctrl-C; returns
-    what the ready line said. Nothing of the engine may outlive the Ctrl-C."""
+def serve_and_run(tmp_path: Path, *serve_args: str, per_cell: int, exact_chunks: bool = True) -> str:
+    """`loadgen serve tiny ARGS`, two cells of ``per_cell`` requests (concurrency 4, then 8)
+    against it, then Ctrl-C; returns what the ready line said. Not one request may fail, and
+    nothing of the engine may outlive the Ctrl-C: no process, no shared memory."""
     port = free_port()
+    shm_before = {p.name for p in Path("/dev/shm").iterdir()}
     serve = popen("serve", "tiny", *serve_args, "--port", str(port), "--log", str(tmp_path / "engine.log"))
     try:
         assert serve.stdout is not None
         ready = serve.stdout.readline()
         assert f"http://127.0.0.1:{port}/v1" in ready, ready + (tmp_path / "engine.log").read_text()[-3000:]
-        path = scenario(tmp_path, """
-workload: {num_prompts: 16, input_tokens: 64, output_tokens: 32}
-load: {concurrency: 4, warmup_requests: 1}
+        path = scenario(tmp_path, f"""
+workload: {{num_prompts: {per_cell}, input_tokens: 64, output_tokens: 32}}
+load: {{concurrency: [4, 8], warmup_requests: 1}}
 """)
         run_dir = tmp_path / "run"
         proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(run_dir))
         assert proc.returncode == 0, proc.stderr
         summary = orjson.loads((run_dir / "summary.json").read_bytes())
-        metrics = summary["cells"][0]["metrics"]
-        assert metrics["completed"] == 16
+        assert [c["metrics"]["completed"] for c in summary["cells"]] == [per_cell, per_cell]
+        recs = list(read_records(run_dir / "records.jsonl"))
+        assert [r for r in recs if r.error is not None] == []  # not one request lost, warmups included
         if exact_chunks:
-            assert_exact_usage(run_dir, 64, 32, 16)
+            assert_exact_usage(run_dir, 64, 32, 2 * per_cell)
         else:
             # llama.cpp holds back a token whose bytes are not yet whole UTF-8 (frequent with the
             # tiny model's random tokens) and sends no usage per chunk: usage is exact, and what
             # the chunks miss is reported as the discrepancy
-            recs = [r for r in read_records(run_dir / "records.jsonl") if not r.warmup]
-            assert {(r.prompt_tokens, r.output_tokens, r.token_count_source) for r in recs} == {(64, 32, "usage")}
-            missing = sum(32 - sum(r.chunk_tokens) for r in recs)
-            assert all(sum(r.chunk_tokens) <= 32 for r in recs)
-            assert metrics["chunk_token_discrepancy"]["tokens"] == missing
+            measured = [r for r in recs if not r.warmup]
+            assert {(r.prompt_tokens, r.output_tokens, r.token_count_source) for r in measured} == {(64, 32, "usage")}
+            assert all(sum(r.chunk_tokens) <= 32 for r in measured)
+            for cell in summary["cells"]:
+                missing = sum(32 - sum(r.chunk_tokens) for r in measured if r.cell == cell["cell"])
+                assert cell["metrics"]["chunk_token_discrepancy"]["tokens"] == missing
     finally:
         serve.send_signal(signal.SIGINT)
         _, stderr = serve.communicate(timeout=60)
@@ -74,18 +67,25 @@ load: {concurrency: 4, warmup_requests: 1}
     assert live_group_members(serve.pid) == []
     left = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+    assert {p.name for p in Path("/dev/shm").iterdir()} <= shm_before
     return ready
 
 
-def test_llamacpp_q8_0_serves_the_tiny_model(llamacpp_built: None, tmp_path: Path) -> None:
-    ready = serve_and_run(tmp_path, "--backend", "llamacpp", "--quant", "q8_0", "--slots", "4", exact_chunks=False)
+def test_llamacpp_serves_the_tiny_model_with_its_defaults(llamacpp_built: None, tmp_path: Path) -> None:
+    # llama-server closes the connection after every streamed answer: 300 requests, none lost
+    ready = serve_and_run(tmp_path, "--backend", "llamacpp", per_cell=150, exact_chunks=False)
     assert "llamacpp" in ready
-    log = (tmp_path / "engine.log").read_text()
-    assert "q8_0.gguf" in log
+    assert "f16.gguf" in (tmp_path / "engine.log").read_text()  # no --quant: the checkpoint's precision
 
 
-def test_ctranslate2_int8_serves_the_tiny_model(tmp_path: Path) -> None:
-    ready = serve_and_run(tmp_path, "--backend", "ctranslate2", "--quant", "int8")
+def test_llamacpp_q8_0_serves_the_tiny_model(llamacpp_built: None, tmp_path: Path) -> None:
+    serve_and_run(tmp_path, "--backend", "llamacpp", "--quant", "q8_0", "--slots", "4", per_cell=20,
+                  exact_chunks=False)
+    assert "q8_0.gguf" in (tmp_path / "engine.log").read_text()
+
+
+def test_ctranslate2_serves_the_tiny_model_with_its_defaults(tmp_path: Path) -> None:
+    ready = serve_and_run(tmp_path, "--backend", "ctranslate2", per_cell=50)
     assert "loadgen-ctranslate2" in ready
 
 

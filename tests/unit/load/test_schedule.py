@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.load.schedule import concurrency_shares, iter_offsets
+from loadgen.load.schedule import Arrivals, concurrency_shares, iter_offsets, ramp_rate, vllm_offsets
 
 
 def build_schedule(count: int, rate: float | None, **kw: object) -> np.ndarray:
@@ -49,3 +49,47 @@ def test_constant_offsets_are_exact_multiples_of_the_gap() -> None:
     # the eleventh request is due exactly at 1 s, so a 1 s window excludes it
     assert offsets[10] == 1.0
     assert offsets == [i / 10 for i in range(11)]
+
+
+def _vllm_rule(gaps: list[float], count: int, rate: float | None) -> list[float]:
+    """vLLM's benchmark, re-derived: delay i is the running sum of the gaps drawn for requests
+    0..i (the first request waits one gap too); without a ramp-up the delays are scaled so the
+    last is count / rate."""
+    delays, t = [], 0.0
+    for g in gaps:
+        t += g
+        delays.append(t)
+    if rate is not None and delays[-1] != 0:
+        factor = (count / rate) / delays[-1]
+        delays = [d * factor for d in delays]
+    return delays
+
+
+@pytest.mark.parametrize(("arrival", "burstiness"), [("poisson", 1.0), ("gamma", 0.5), ("constant", 1.0)])
+def test_vllm_pacing_follows_vllms_rule_for_the_seeds_gaps(arrival: str, burstiness: float) -> None:
+    count, rate, seed = 128, 4.0, 17
+    rng = np.random.default_rng(seed)  # the gaps this seed draws, one per request
+    if arrival == "poisson":
+        gaps = [float(rng.exponential(1 / rate)) for _ in range(count)]
+    elif arrival == "gamma":
+        gaps = [float(rng.gamma(burstiness, 1 / (rate * burstiness))) for _ in range(count)]
+    else:
+        gaps = [1 / rate] * count
+    arrivals = Arrivals(rate, arrival, burstiness, seed, pacing="vllm-bench", count=count)
+    offsets = list(arrivals.offsets())
+    assert offsets == pytest.approx(_vllm_rule(gaps, count, rate), rel=1e-12)
+    assert len(offsets) == count
+    assert offsets[-1] == pytest.approx(32.0)  # the last send at num_prompts / rate
+    assert offsets[0] > 0  # a gap before the first request, as vLLM waits one
+    # loadgen's own pacing sends the first at 0 and keeps the gaps as drawn
+    own = Arrivals(rate, arrival, burstiness, seed)
+    assert next(own.offsets()) == 0.0
+
+
+def test_vllm_pacing_of_a_ramp_draws_each_gap_at_its_requests_rate_and_keeps_it() -> None:
+    count, seed = 50, 3
+    rng = np.random.default_rng(seed)
+    rates = [ramp_rate("linear", 1.0, 10.0, i, count) for i in range(count)]
+    gaps = [float(rng.exponential(1 / r)) for r in rates]
+    offsets = vllm_offsets(count, 10.0, Arrivals(None, "poisson", 1.0, seed), ("linear", 1.0, 10.0))
+    assert offsets == pytest.approx(_vllm_rule(gaps, count, None), rel=1e-12)

@@ -1,0 +1,207 @@
+"""One keep-alive HTTP/1.1 connection of the streaming client: an asyncio ``Protocol`` with the
+httptools response parser; a chunk is handled inside the loop's read callback (one clock reading,
+the parser, the SSE scan), and the exchange's future is set once the stream is decided."""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import socket
+import time
+from dataclasses import dataclass
+from typing import cast
+
+import httptools
+
+from loadgen.load.stream import Outcome, StreamState, error_snippet
+from loadgen.results.records import FailureClass
+
+# test hook: busy-wait this many milliseconds per read, to starve the client on purpose
+STARVE_ENV = "LOADGEN_TEST_CHUNK_DELAY_MS"
+# a kept-alive connection the server closed within this long after its answer: the server
+# closes after every answer (an idle timeout closes after seconds, not at once)
+CLOSE_HABIT_NS = 1_000_000_000
+# what a run says once it learned that habit
+CLOSES_AFTER_ANSWER = (
+    "the server closes its connections after each answer ({why}): every request from here on opens a new "
+    "connection, and its TTFT includes the connect, as it does for every client of this server"
+)
+
+
+@dataclass(slots=True)
+class ClientStats:
+    """What the read path cost: reads handled, the time spent handling them, connections opened."""
+
+    reads: int = 0
+    read_ns: int = 0
+    connects: int = 0
+    retries: int = 0  # requests sent again on a new connection (the kept-alive one was closed)
+
+
+class Exchange:
+    """One request on a connection: what the protocol callbacks fill in, and its end."""
+
+    __slots__ = ("st", "done", "body", "collect", "last_ns", "answered")
+
+    def __init__(self, st: StreamState, done: asyncio.Future[Outcome], collect: bool = False) -> None:
+        self.st = st
+        self.done = done
+        self.body: list[bytes] | None = None  # collected when the status is >= 400, or always
+        self.collect = collect  # a plain (non-stream) exchange: the body is read whole
+        self.last_ns = 0
+        self.answered = False  # a byte of the answer arrived
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection carrying one request at a time."""
+
+    def __init__(self, stats: ClientStats, starve_s: float) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reusable = False
+        self.ex: Exchange | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._stats = stats
+        self._t = 0
+        self._until_close = False
+        self._html = False  # the answer says it is a web page, not an event stream
+        self._starve_s = starve_s
+        self.answered_ns = 0  # when its last answer ended (0: none yet)
+
+    # asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        t = self._t = time.perf_counter_ns()
+        if self.ex is not None:
+            self.ex.last_ns = t
+            self.ex.answered = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail("reset" if self.ex is None or self.ex.st.status is None else "stream_cut",
+                       f"invalid HTTP response: {exc}")
+        if self._starve_s:
+            end = time.perf_counter() + self._starve_s
+            while time.perf_counter() < end:
+                pass
+        stats = self._stats
+        stats.reads += 1
+        stats.read_ns += time.perf_counter_ns() - t
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        ex = self.ex
+        if ex is None or ex.done.done():
+            return
+        st = ex.st
+        if st.status is None:
+            detail = f"{type(exc).__name__}: {exc}" if exc else "server closed the connection before responding"
+            ex.done.set_result(("reset", detail))
+        elif self._until_close and exc is None:
+            self._finish(st.end(time.perf_counter_ns()))  # a body delimited by the close
+        elif st.outcome == (None, None):
+            ex.done.set_result((None, None))  # [DONE] arrived; only the terminator was lost
+        else:
+            detail = f"{type(exc).__name__}: {exc}" if exc else "server closed the connection mid-body"
+            ex.done.set_result(("stream_cut", detail))
+
+    # httptools callbacks
+    def on_headers_complete(self) -> None:
+        ex = self.ex
+        if ex is None:
+            return
+        status = self._parser.get_status_code()
+        ex.st.status = status
+        # a stream is a 200 of events: an error status, another 2xx (204 No Content...) or a
+        # web page (a proxy's or a login page) is read whole and classed, never parsed as SSE
+        if status >= 400 or ex.collect or status != 200 or self._html:
+            ex.body = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lower = name.lower()
+        if lower == b"transfer-encoding" or lower == b"content-length":
+            self._until_close = False
+        elif lower == b"content-type" and value.lower().startswith(b"text/html"):
+            self._html = True
+
+    def on_body(self, body: bytes) -> None:
+        ex = self.ex
+        if ex is None:
+            return
+        if ex.body is not None:
+            ex.body.append(body)
+            return
+        st = ex.st
+        if st.feed(body, self._t) and st.outcome != (None, None) and not ex.done.done():
+            # a failure decided mid-stream: stop reading, the connection is dropped
+            assert st.outcome is not None
+            ex.done.set_result(st.outcome)
+            self.abort()
+
+    def on_message_complete(self) -> None:
+        ex = self.ex
+        self.reusable = self._parser.should_keep_alive()  # Connection: close (or HTTP/1.0) is honoured
+        self.answered_ns = self._t
+        if ex is None or ex.done.done():
+            return
+        status = ex.st.status or 0
+        if ex.body is not None and status >= 400:
+            ex.done.set_result(("http_status", error_snippet(b"".join(ex.body))))
+        elif ex.body is not None and not ex.collect and status != 200:
+            ex.done.set_result(("http_status", f"HTTP {status} where a stream was expected"))
+        elif ex.body is not None and not ex.collect:
+            ex.done.set_result(("malformed", "a web page (text/html) where an event stream was expected"))
+        elif ex.body is not None:
+            ex.done.set_result((None, None))
+        else:
+            self._finish(ex.st.end(self._t))
+
+    # the client's side
+    def begin(self, ex: Exchange, request: bytes) -> None:
+        self.ex = ex
+        self.reusable = False
+        self._until_close = True  # until a length or chunked encoding says otherwise
+        self._html = False
+        self._parser = httptools.HttpResponseParser(self)
+        assert self.transport is not None
+        ex.st.sent_ns = ex.last_ns = time.perf_counter_ns()
+        self.transport.write(request)
+
+    def _finish(self, outcome: Outcome) -> None:
+        ex = self.ex
+        if ex is not None and not ex.done.done():
+            ex.done.set_result(outcome)
+
+    def _fail(self, error: FailureClass, detail: str) -> None:
+        ex = self.ex
+        if ex is not None and not ex.done.done():
+            ex.done.set_result((error, detail))
+        self.abort()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+def readable(conn: Connection) -> bool:
+    """True when an idle connection has something to read: the server's EOF, most likely."""
+    sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
+    if sock is None:
+        return False
+    poll = select.poll()
+    poll.register(sock.fileno(), select.POLLIN | select.POLLRDHUP)
+    return bool(poll.poll(0))

@@ -1,0 +1,182 @@
+"""Connections as real servers treat them: a server that closes the connection after every
+streamed answer while its headers offer keep-alive (llama.cpp's habit) loses no request. The
+client sends a request again, once, on a new connection when a kept-alive one was closed before
+any byte of the answer, counts it, and learns the habit: from then on every request opens its own
+connection, said once on the console and in provenance."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from loadgen.load.run import execute
+from loadgen.results.records import read_records
+from tests.rawserver import MODELS, RawServer, is_models
+
+ROOT = Path(__file__).parents[3]
+TOKENS = 12
+GAP_S = 0.002
+
+
+class ClosesAfterEachAnswer(RawServer):
+    """Streams 12 tokens 2 ms apart, says ``Connection: keep-alive`` and then closes; counts
+    the connections it accepted and the requests it answered."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.answered = 0
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def serve(self, conn: socket.socket) -> None:
+        with self.lock:
+            self.connections += 1
+        head = conn.recv(65536)
+        if not head:
+            return
+        keep = b"Connection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n"
+        if is_models(head):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + keep
+                         + b"Content-Length: %d\r\n\r\n%s" % (len(MODELS), MODELS))
+            return  # and close, as the server does after every answer
+        if not head.startswith(b"POST "):  # /metrics and the like: not this server's
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            return
+        while b"\r\n\r\n" in head and len(head.split(b"\r\n\r\n", 1)[1]) < _length(head):
+            head += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + keep
+                     + b"Transfer-Encoding: chunked\r\n\r\n")
+        for i in range(TOKENS):
+            time.sleep(GAP_S)
+            last = i == TOKENS - 1
+            finish = '"length"' if last else "null"
+            usage = f', "usage": {{"prompt_tokens": 8, "completion_tokens": {TOKENS}}}' if last else ""
+            event = f'data: {{"choices": [{{"index": 0, "text": " t", "finish_reason": {finish}}}]{usage}}}\n\n'.encode()
+            conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+        done = b"data: [DONE]\n\n"
+        conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+        with self.lock:
+            self.answered += 1
+
+
+def _length(head: bytes) -> int:
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":", 1)[1])
+    return 0
+
+
+SCENARIO = {
+    "name": "closes",
+    "target": {"model": "m"},
+    "workload": {"num_prompts": 150, "input_tokens": 8, "output_tokens": TOKENS, "prompt": "token-ids"},
+    "load": {"concurrency": [4, 8], "warmup_requests": 1},
+}
+
+
+def test_a_server_that_closes_after_each_answer_loses_no_request(tmp_path: Path) -> None:
+    server = ClosesAfterEachAnswer()
+    try:
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump(SCENARIO))
+        proc = subprocess.run(
+            [sys.executable, "-m", "loadgen", "run", str(path), "--base-url", server.base_url,
+             "--out", str(tmp_path / "run")],
+            cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        )
+    finally:
+        server.close()
+    assert proc.returncode == 0, proc.stderr
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    measured = [r for r in records if not r.warmup]
+    assert len(measured) == 300
+    assert [r for r in records if r.error is not None] == []  # not one request lost to the habit
+    assert {r.output_tokens for r in measured} == {TOKENS}
+    # the habit is learned once, said once, and on record
+    assert proc.stderr.count("the server closes its connections after each answer") == 1
+    provenance = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    assert provenance["connections"]["reuse"] is False
+    # every request the server answered came on a connection of its own
+    assert server.answered == len(records)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    retries = sum(c["metrics"]["connection_retries"] for c in summary["cells"])
+    assert retries == sum(r.retries for r in measured)
+    for cell in summary["cells"]:
+        retried = cell["metrics"]["connection_retries"]
+        assert any("sent again on a new connection" in w for w in cell["warnings"]) == (retried > 0)
+
+
+class DropsAReusedConnection(RawServer):
+    """Keeps connections alive, but closes each one, unanswered, when its second request comes:
+    the race of a server whose close is still in flight when the client reuses the connection."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+        super().__init__()
+
+    def serve(self, conn: socket.socket) -> None:
+        served = 0
+        while not self.closing.is_set():
+            head = conn.recv(65536)
+            if not head:
+                return
+            if is_models(head):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(MODELS), MODELS))
+                continue
+            if served == 1:
+                self.dropped += 1
+                return  # closed without a byte of answer
+            served += 1
+            event = (b'data: {"choices": [{"index": 0, "text": " t", "finish_reason": "length"}], '
+                     b'"usage": {"prompt_tokens": 8, "completion_tokens": 1}}\n\ndata: [DONE]\n\n')
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(event), event))
+
+
+def test_a_request_on_a_connection_closed_unanswered_is_sent_again_once(tmp_path: Path) -> None:
+    from loadgen.scenario.loader import parse_scenario
+
+    server = DropsAReusedConnection()
+    try:
+        sc = parse_scenario({
+            "name": "drops", "target": {"base_url": server.base_url, "model": "m"},
+            "workload": {"num_prompts": 6, "input_tokens": 8, "output_tokens": 1, "prompt": "token-ids"},
+            "load": {"concurrency": 1, "warmup_requests": 0},
+        }, "drops")
+        execute(sc, tmp_path / "run")
+    finally:
+        server.close()
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    assert [r.error for r in records] == [None] * 6
+    # the connection opened before the window answers the first request and drops the second,
+    # which is sent again on a new connection; the habit is then learned (each request opens its
+    # own connection, and its first request is answered): one drop, one retry
+    assert sum(r.retries for r in records) == server.dropped == 1
+    assert all(r.retries <= 1 for r in records)
+
+
+def test_locust_users_lose_no_request_to_the_habit_either(tmp_path: Path) -> None:
+    server = ClosesAfterEachAnswer()
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "load": {}}))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "loadgen", "locust", "--scenario", str(path), "--host", server.base_url,
+             "--headless", "-u", "4", "-r", "4", "-t", "4s", "--out", str(tmp_path / "run"), "--only-summary"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        )
+    finally:
+        server.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [r for r in read_records(tmp_path / "run" / "records.jsonl") if r.error != "cancelled"]
+    assert len(records) > 50
+    assert [r for r in records if r.error is not None] == []
+    assert "every request from here on opens a new connection" in proc.stderr
