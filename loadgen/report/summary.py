@@ -62,12 +62,15 @@ def load_text(concurrency: int | str | None, rate: float | None) -> str:
 
 
 def _cache_text(cell: CellSummary) -> str:
-    """The server's own word on its prefix cache during the cell."""
+    """The server's own word on the cell: its prefix cache, and its latencies against the client's."""
     parts = []
     if cell.server_prefix_cache_hit_rate is not None:
         parts.append(f"server prefix-cache hits {cell.server_prefix_cache_hit_rate:.1%} of prompt tokens")
     if cell.cache_reset:
         parts.append(f"cache emptied before the cell ({cell.cache_reset})")
+    if cell.engine_gap:  # the client against the engine's own histograms
+        parts.append("client - engine " + ", ".join(
+            f"{g.metric.upper()} {g.gap_ms:+.2f} ms" for g in cell.engine_gap if g.metric != "tpot"))
     return "".join(f" | {p}" for p in parts)
 
 

@@ -33,6 +33,7 @@ from loadgen.errors import OutputError, RunDirError, ScenarioError, UsageError
 from loadgen.results.capacity import capacity_of, probe_entry
 from loadgen.results.cellstatus import CellStatus, ServerInfo
 from loadgen.results.clienthealth import client_health
+from loadgen.results.enginegap import engine_gaps, gap_warnings
 from loadgen.results.files import AppendFile, remove_stale, write_file
 
 __all__ = ["write_file"]  # charts and report.html are written through it too
@@ -115,6 +116,8 @@ def cell_summary(
             "load.reset_cache: between-cells"
         )
     metrics = summarize(records, point.slo, open_loop=cell.open_loop) if measured else None
+    gaps = engine_gaps(metrics, server_metrics)
+    warnings += gap_warnings(gaps, metrics.completed if metrics is not None else 0)
     if metrics is not None and metrics.connection_retries:
         warnings.append(
             f"{metrics.connection_retries} requests were sent again on a new connection: the server closed a "
@@ -146,6 +149,7 @@ def cell_summary(
         probe=probe,
         records_lost=status.records_lost,
         request_bounds=RequestBounds.of(point.target.timeouts, cell.output_tokens),
+        engine_gap=gaps,
     )
 
 

@@ -188,6 +188,31 @@ class CellMetrics:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineGap:
+    """One metric as the client read it against the engine's own figure (its histogram's
+    increase over the cell, in its /metrics): the means, the gap (client minus engine, ms) and
+    the gap as a share of the engine's figure, with what each side counted (the client its completed
+    requests; the engine its histogram's observations: requests, or token gaps for ITL)."""
+
+    metric: str  # ttft | tpot | itl | e2e
+    client_ms: float
+    engine_ms: float
+    gap_ms: float
+    gap_share: float | None
+    client_count: int
+    engine_count: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Unchecked) -> EngineGap:
+        share = data.get("gap_share")
+        return cls(str(data["metric"]), float(data["client_ms"]), float(data["engine_ms"]), float(data["gap_ms"]),
+                   None if share is None else float(share), int(data["client_count"]), int(data["engine_count"]))
+
+
+@dataclass(frozen=True, slots=True)
 class RequestBounds:
     """What ended one request of the cell at the latest (seconds; None: no such bound): the
     connection, the first token, the longest silence, the whole request (its rule when the
@@ -249,6 +274,8 @@ class CellSummary:
     probe: ProbeResult | None = None
     records_lost: int = 0  # measured requests whose record could not be written (written when any)
     request_bounds: RequestBounds | None = None  # the default bounds every request of the cell had
+    # the client's figures against the engine's own, where the engine exports latency histograms
+    engine_gap: tuple[EngineGap, ...] = ()
 
     @property
     def open_loop(self) -> bool:
@@ -278,6 +305,7 @@ class CellSummary:
         out["metrics"] = None if self.metrics is None else self.metrics.to_dict()
         out["warnings"] = list(self.warnings)
         out["request_bounds"] = None if self.request_bounds is None else self.request_bounds.to_dict()
+        out["engine_gap"] = [g.to_dict() for g in self.engine_gap]
         if self.probe is None:
             del out["probe"]
         else:
@@ -300,6 +328,7 @@ class CellSummary:
             cache_reset=data.get("cache_reset"), warnings=tuple(data.get("warnings") or ()),
             probe=ProbeResult.from_dict(data.get("probe")), records_lost=int(data.get("records_lost") or 0),
             request_bounds=RequestBounds.from_dict(data.get("request_bounds")),
+            engine_gap=tuple(EngineGap.from_dict(g) for g in data.get("engine_gap") or ()),
         )
 
 

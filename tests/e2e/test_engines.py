@@ -251,6 +251,16 @@ load: {concurrency: [1, 4], warmup_requests: 1}
         proc = loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(run_dir))
         assert proc.returncode == 0, proc.stderr
         assert_exact_usage(run_dir, 64, 32, 16)
+        # the client against vLLM's own histograms, at concurrency 1 and 4: the same requests,
+        # E2E within a tenth of the engine's, TTFT within a few ms (what vLLM's HTTP server
+        # does before its engine sees the request is in the client's TTFT only)
+        for cell in orjson.loads((run_dir / "summary.json").read_bytes())["cells"]:
+            gaps = {g["metric"]: g for g in cell["engine_gap"]}
+            assert {"ttft", "itl", "e2e"} <= set(gaps), cell["engine_gap"]
+            assert gaps["e2e"]["engine_count"] == gaps["e2e"]["client_count"] == 8
+            assert abs(gaps["e2e"]["gap_share"]) < 0.10, gaps
+            assert abs(gaps["itl"]["gap_share"]) < 0.10, gaps
+            assert 0 < gaps["ttft"]["gap_ms"] < 5.0, gaps
         provenance = orjson.loads((run_dir / "provenance.json").read_bytes())
         assert provenance["cpus"]["engine"]
         assert provenance["cpus"]["client"]
