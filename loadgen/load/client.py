@@ -275,8 +275,9 @@ class StreamingClient:
                     # a kept-alive connection the server closed before any byte of the answer:
                     # the request never reached it (a POST without an answer is safe to resend).
                     # Sent again on a new connection, once; its times stay the first attempt's
-                    if conn.answered_ns and st.sent_ns - conn.answered_ns < CLOSE_HABIT_NS:
-                        # right after its last answer: the server's habit, not an idle timeout
+                    if conn.closed_cleanly and conn.answered_ns and st.sent_ns - conn.answered_ns < CLOSE_HABIT_NS:
+                        # closed (not reset) right after its last answer: the server's habit, not an
+                        # idle timeout or a server that reset one connection
                         self._learn("it closed a kept-alive connection before answering")
                     first = st.sent_ns
                     for h in timers:

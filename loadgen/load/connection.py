@@ -67,6 +67,7 @@ class Connection(asyncio.Protocol):
         self._html = False  # the answer says it is a web page, not an event stream
         self._starve_s = starve_s
         self.answered_ns = 0  # when its last answer ended (0: none yet)
+        self.closed_cleanly = False
 
     # asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -94,6 +95,7 @@ class Connection(asyncio.Protocol):
         stats.read_ns += time.perf_counter_ns() - t
 
     def eof_received(self) -> bool | None:
+        self.closed_cleanly = True  # the server closed it (FIN), rather than resetting it
         return None  # close our side too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:

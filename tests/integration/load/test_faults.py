@@ -1,9 +1,11 @@
 """The fault matrix: each fault ``loadgen sim`` injects, against loadgen's client. Every request
-sent has its record, each failure is in its class and counted as the simulator counted the
-faults it injected, tokens received before a cut are kept, and the run completes."""
+sent has its record (one sent again after a reset keeps one), each failure is in its class and
+counted as the simulator counted the faults it injected, tokens received before a cut are kept,
+and the run completes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +72,14 @@ def test_fault_matrix(fault: str, start_sim: StartSim, tmp_path: Path) -> None:
     assert 0 < injected < PROMPTS  # the seeded draw hit some requests and spared others
 
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
-    # every request the server saw has its record, and nothing else was sent
-    assert len(records) == PROMPTS == int(sim["loadgen_sim_requests_total"])
+    # every request the server saw has its record, and nothing else was sent but the requests
+    # sent again: a kept-alive connection reset before any byte of the answer is retried once
+    retried = sum(r.retries for r in records)
+    assert len(records) + retried == PROMPTS + retried == int(sim["loadgen_sim_requests_total"])
     assert metrics["requests"] == PROMPTS
+    assert metrics["connection_retries"] == retried
+    assert retried == 0 or fault == "reset"
+    injected -= retried  # a reset the retry got past is not a failure of the request
     expected = MATRIX[fault]
     failed = [r for r in records if not r.ok]
     if expected is None:
@@ -93,6 +100,9 @@ def test_fault_matrix(fault: str, start_sim: StartSim, tmp_path: Path) -> None:
         assert all("injected fault" in (r.error_detail or "") for r in failed)
     if fault == "reset":
         assert all(r.status is None and r.chunk_tokens_total == 0 for r in failed)
+        assert retried > 0  # resets on kept-alive connections were sent again...
+        # ...and a server that resets some connections is not one that closes them all
+        assert "connections" not in json.loads((tmp_path / "run" / "provenance.json").read_text())
     if fault in ("stall", "malformed_json", "wrong_types"):
         # the tokens that arrived before the fault are kept on the record
         assert {r.chunk_tokens_total for r in failed} == {HALF}
