@@ -232,9 +232,11 @@ def locust_against_the_engine(base_url: str, path: Path, tmp_path: Path) -> None
     assert {(r.prompt_tokens, r.output_tokens) for r in records} == {(64, 32)}
 
 
-def engine_gap_within_bounds(run_dir: Path, requests: int) -> list[dict[str, dict[str, float]]]:
+def engine_gap_within_bounds(
+    run_dir: Path, requests: int, ttft_ms: float | None = 5.0,
+) -> list[dict[str, dict[str, float]]]:
     """Each cell's gaps by metric, checked: both sides counted the same requests, E2E and ITL
-    within a tenth of the engine's figure, TTFT above it by under 5 ms."""
+    within a tenth of the engine's figure, TTFT above it (by under ``ttft_ms``)."""
     out = []
     for cell in orjson.loads((run_dir / "summary.json").read_bytes())["cells"]:
         gaps = {g["metric"]: g for g in cell["engine_gap"]}
@@ -242,7 +244,7 @@ def engine_gap_within_bounds(run_dir: Path, requests: int) -> list[dict[str, dic
         assert gaps["e2e"]["engine_count"] == gaps["e2e"]["client_count"] == requests
         assert abs(gaps["e2e"]["gap_share"]) < 0.10, gaps
         assert abs(gaps["itl"]["gap_share"]) < 0.10, gaps
-        assert 0 < gaps["ttft"]["gap_ms"] < 5.0, gaps
+        assert 0 < gaps["ttft"]["gap_ms"] < (ttft_ms or float("inf")), gaps
         out.append(gaps)
     return out
 
@@ -284,7 +286,8 @@ load: {concurrency: [1, 4], warmup_requests: 1}
 """)
         proc = loadgen("run", str(long), "--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path / "long"))
         assert proc.returncode == 0, proc.stderr
-        for gaps in engine_gap_within_bounds(tmp_path / "long", 8):
+        # (vLLM's HTTP server tokenizes the 2048 tokens' text before its engine's clock starts)
+        for gaps in engine_gap_within_bounds(tmp_path / "long", 8, ttft_ms=None):
             assert gaps["ttft"]["gap_share"] < 0.10, gaps
     finally:
         serve.send_signal(signal.SIGINT)
