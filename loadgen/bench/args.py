@@ -2,7 +2,8 @@
 
 The flags people use are taken with vLLM's defaults (1000 prompts, the random dataset at
 1024 in / 128 out, rate inf, no concurrency cap, seed 0, no warmup, ignore_eos off, min_tokens
-never sent); a vLLM flag loadgen does not take is a one-line error naming it.
+never sent); a vLLM flag loadgen does not take is a one-line error naming it, and one that
+changes nothing it measures is taken and said to be ignored.
 """
 
 from __future__ import annotations
@@ -17,18 +18,29 @@ from loadgen.errors import UsageError
 
 # vllm bench serve flags loadgen does not take (their features are vLLM-specific or unused here)
 NOT_TAKEN = (
-    "--trust-remote-code", "--no-stream", "--no-oversample", "--skip-chat-template", "--enable-multimodal-chat",
+    "--no-stream", "--no-oversample", "--skip-chat-template", "--enable-multimodal-chat",
     "--custom-ensure-client-side-data", "--spec-bench-output-len", "--spec-bench-category", "--self-timed",
     "--timed-trace-chunk-hash-size", "--timed-trace-sec-multiplier", "--blazedit-min-distance",
     "--blazedit-max-distance", "--asr-max-audio-len-sec", "--asr-min-audio-len-sec", "--random-batch-size",
     "--no-reranker", "--random-mm-base-items-per-request", "--random-mm-num-mm-items-range-ratio",
     "--random-mm-limit-mm-per-prompt", "--random-mm-bucket-config", "--bfcl-categories",
-    "--speed-bench-dataset-subset", "--speed-bench-output-len", "--speed-bench-category", "--tokenizer-mode",
-    "--use-beam-search", "--logprobs", "--probe-request-rate", "--profile", "--append-result",
-    "--request-id-prefix", "--lora-modules", "--lora-assignment", "--skip-tokenizer-init", "--insecure",
-    "--plot-timeline", "--timeline-itl-thresholds", "--plot-dataset-stats", "--log-config-file",
-    "--ready-check-timeout-sec",
+    "--speed-bench-dataset-subset", "--speed-bench-output-len", "--speed-bench-category",
+    "--use-beam-search", "--profile",
+    "--lora-modules", "--lora-assignment", "--skip-tokenizer-init", "--insecure",
+    "--timeline-itl-thresholds", "--plot-dataset-stats", "--log-config-file",
 )
+
+
+# vllm bench serve flags that change nothing loadgen measures: taken, and said to be ignored
+IGNORED = {
+    "--trust-remote-code": "loadgen's tokenizer never runs a model's code",
+    "--tokenizer-mode": "loadgen reads the tokenizer with its default mode",
+    "--request-id-prefix": "loadgen numbers its requests in records.jsonl",
+    "--ready-check-timeout-sec": "loadgen checks the server once, before the load, within 30 s",
+    "--plot-timeline": "loadgen report RUN --plot draws the run's timeline",
+    "--probe-request-rate": "the search for the most load within SLOs is loadgen run --search",
+    "--logprobs": "loadgen does not ask for log-probabilities",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,7 +110,19 @@ def parser() -> argparse.ArgumentParser:
     a("--disable-tqdm", action="store_true")
     a("--save-scenario")
     a("--out")
+    a("--append-result", action="store_true")
+    a("--trust-remote-code", action="store_true")
+    a("--plot-timeline", action="store_true")
+    for flag in ("--tokenizer-mode", "--request-id-prefix", "--ready-check-timeout-sec", "--probe-request-rate",
+                 "--logprobs"):
+        a(flag)
     return p
+
+
+def ignored(argv: list[str]) -> list[str]:
+    """The vLLM flags given that loadgen takes and ignores, each with why."""
+    given = {arg.split("=", 1)[0] for arg in argv}
+    return [f"{flag} ignored: {why}" for flag, why in IGNORED.items() if flag in given]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from loadgen.bench.args import BenchArgs, parse
+from loadgen.bench.args import BenchArgs, ignored, parse
 from loadgen.errors import AbortedError, Interrupted, TargetError
 from loadgen.load.prepare import QuietObserver
 from loadgen.load.run import execute
@@ -85,6 +85,8 @@ def bench_serve(
     """Run the benchmark; ``show`` prints the result block, ``message`` a line to stderr,
     ``progress`` makes the progress bar (unless --disable-tqdm). Returns vLLM's result."""
     b = parse(argv)
+    for line in ignored(argv):
+        message(line)
     sc = scenario_of(b)
     if b.ns.save_scenario:
         Path(b.ns.save_scenario).write_text(dump_scenario(sc, references=True))
@@ -116,7 +118,11 @@ def bench_serve(
             # the file name holds the model the server named (unknown before the run): the run
             # directory takes the same name, so the two lie side by side
             run_dir = run_dir.rename(path.with_suffix(""))
-        path.write_text(json.dumps(data))
+        if b.ns.append_result and path.exists() and path.stat().st_size:
+            with path.open("a") as f:  # vLLM's --append-result: one more JSON document, after a newline
+                f.write("\n" + json.dumps(data))
+        else:
+            path.write_text(json.dumps(data))
         message(f"result: {path} (vLLM's layout); run directory: {run_dir}")
     else:
         message(f"run directory: {run_dir}")

@@ -40,3 +40,25 @@ def test_bench_serve_paces_128_requests_at_rate_4_like_vllm(start_sim: StartSim,
     # last answer: within 2%
     duration = json.loads(result.read_text())["duration"]
     assert duration == pytest.approx(32.0, rel=0.02)
+
+
+def test_vllms_harmless_flags_are_taken_and_append_result_appends(start_sim: StartSim, tmp_path: Path) -> None:
+    url = start_sim(ttft_ms=2, itl_ms=1)
+    result = tmp_path / "result.json"
+    flags = ["--trust-remote-code", "--tokenizer-mode", "auto", "--request-id-prefix", "bench-x-",
+             "--ready-check-timeout-sec", "30", "--plot-timeline", "--probe-request-rate", "2", "--logprobs", "1"]
+    for n in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-m", "loadgen", "bench", "serve", "--base-url", url.removesuffix("/v1"),
+             "--model", "loadgen-sim", "--random-input-len", "8", "--random-output-len", "2", "--num-prompts", "3",
+             *flags, "--save-result", "--result-filename", str(result), "--append-result",
+             "--out", str(tmp_path / f"run{n}")],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        for flag in ("--trust-remote-code", "--tokenizer-mode", "--request-id-prefix", "--ready-check-timeout-sec",
+                     "--plot-timeline", "--probe-request-rate", "--logprobs"):
+            assert f"{flag} ignored: " in proc.stderr
+    # vLLM's --append-result: the second result follows the first, a JSON document a line
+    documents = [json.loads(line) for line in result.read_text().splitlines()]
+    assert [d["completed"] for d in documents] == [3, 3]
