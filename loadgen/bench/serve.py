@@ -87,6 +87,9 @@ def bench_serve(
     b = parse(argv)
     for line in ignored(argv):
         message(line)
+    if not any(arg == "--seed" or arg.startswith("--seed=") for arg in argv):
+        message("seed 0 is vllm bench serve's default: the same prompts as every run without --seed "
+                "(give --seed N for others)")
     sc = scenario_of(b)
     if b.ns.save_scenario:
         Path(b.ns.save_scenario).write_text(dump_scenario(sc, references=True))

@@ -68,8 +68,8 @@ def with_run_seed(scenario: Scenario, resumed: Path | None, obs: Observer) -> Sc
     server may still hold in its prefix cache."""
     if scenario.seed is not None:
         obs.message(
-            f"seed {scenario.seed} given: the prompts are those of every run with this seed, and a server "
-            "with prefix caching may answer them from its cache (its hit rate is reported per cell)"
+            f"seed {scenario.seed}: the prompts are those of every run with this seed, and a server with "
+            "prefix caching may answer them from its cache (its hit rate is reported per cell)"
         )
         return scenario
     seed = stored_seed(resumed) if resumed is not None else None

@@ -75,7 +75,7 @@ def test_a_seed_given_again_is_answered_from_the_cache_and_the_run_says_so(
             capture_output=True, text=True, timeout=120,
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "seed 11 given" in proc.stderr
+        assert "seed 11: the prompts are those of every run with this seed" in proc.stderr
         runs.append((orjson.loads((tmp_path / f"run{n}" / "summary.json").read_bytes()), proc.stderr + proc.stdout))
     first, second = runs[0][0], runs[1][0]
     assert [c["server_prefix_cache_hit_rate"] for c in first["cells"]] == [0.0, 0.0]
