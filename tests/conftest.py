@@ -18,8 +18,10 @@ def start_sim(tmp_path: Path) -> Iterator[StartSim]:
     """Start ``loadgen sim`` as a real process on 127.0.0.1; returns its base URL."""
     servers: list[LaunchedServer] = []
 
-    def start(ttft_ms: float = 50.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1, **faults: object) -> str:
-        serve = Serve(sim=SimOptions(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk, **faults))
+    def start(ttft_ms: float = 50.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1, port: int | None = None,
+              **faults: object) -> str:
+        serve = Serve(port=port, sim=SimOptions(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens_per_chunk=tokens_per_chunk,
+                                                **faults))
         # on cores of its own, as loadgen places the servers it launches: a client measuring it on
         # the same host finds it listening there and takes the other cores
         split = split_cores(usable_cores(), None)

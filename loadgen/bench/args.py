@@ -26,7 +26,7 @@ NOT_TAKEN = (
     "--random-mm-limit-mm-per-prompt", "--random-mm-bucket-config", "--bfcl-categories",
     "--speed-bench-dataset-subset", "--speed-bench-output-len", "--speed-bench-category",
     "--use-beam-search", "--profile",
-    "--lora-modules", "--lora-assignment", "--skip-tokenizer-init", "--insecure",
+    "--lora-modules", "--lora-assignment", "--skip-tokenizer-init",
     "--timeline-itl-thresholds", "--plot-dataset-stats", "--log-config-file",
 )
 
@@ -35,8 +35,6 @@ NOT_TAKEN = (
 IGNORED = {
     "--trust-remote-code": "loadgen's tokenizer never runs a model's code",
     "--tokenizer-mode": "loadgen reads the tokenizer with its default mode",
-    "--request-id-prefix": "loadgen numbers its requests in records.jsonl",
-    "--ready-check-timeout-sec": "loadgen checks the server once, before the load, within 30 s",
     "--plot-timeline": "loadgen report RUN --plot draws the run's timeline",
     "--probe-request-rate": "the search for the most load within SLOs is loadgen run --search",
     "--logprobs": "loadgen does not ask for log-probabilities",
@@ -113,8 +111,10 @@ def parser() -> argparse.ArgumentParser:
     a("--append-result", action="store_true")
     a("--trust-remote-code", action="store_true")
     a("--plot-timeline", action="store_true")
-    for flag in ("--tokenizer-mode", "--request-id-prefix", "--ready-check-timeout-sec", "--probe-request-rate",
-                 "--logprobs"):
+    a("--insecure", action="store_true")
+    a("--request-id-prefix")
+    a("--ready-check-timeout-sec", type=int, default=0)
+    for flag in ("--tokenizer-mode", "--probe-request-rate", "--logprobs"):
         a(flag)
     return p
 
@@ -178,9 +178,10 @@ def parse(argv: list[str]) -> BenchArgs:
     base_url = root + prefix
 
     metrics = [m.strip() for m in ns.percentile_metrics.split(",") if m.strip()]
-    unknown = [m for m in metrics if m not in ("ttft", "tpot", "itl", "e2el", "client_queue_time")]
+    names = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
+    unknown = [m for m in metrics if m not in names]
     if unknown:
-        raise UsageError(f"--percentile-metrics: unknown metric {unknown[0]!r}; choose from ttft, tpot, itl, e2el")
+        raise UsageError(f"--percentile-metrics: unknown metric {unknown[0]!r}; choose from {', '.join(names)}")
     try:
         percentiles = [float(p) for p in ns.metric_percentiles.split(",")]
     except ValueError:
@@ -246,6 +247,10 @@ def parse(argv: list[str]) -> BenchArgs:
         target["extra_body"] = extra_body
     if ns.header:
         target["headers"] = _pairs("--header", ns.header, "=")
+    if ns.insecure:
+        target["verify_tls"] = False
+    if ns.request_id_prefix is not None:
+        target["request_id_prefix"] = ns.request_id_prefix
 
     load: Unchecked = {
         "concurrency": ns.max_concurrency or "unlimited",

@@ -5,9 +5,14 @@ beside it (``<result file stem>/``: records, summary, provenance)."""
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+
+import httpx
 
 from loadgen.bench.args import BenchArgs, ignored, parse
 from loadgen.errors import AbortedError, Interrupted, TargetError
@@ -21,7 +26,7 @@ from loadgen.results.rundir import RECORDS, default_run_dir
 from loadgen.results.vllm_result import VllmResult, result_text, vllm_result
 from loadgen.scenario.loader import parse_scenario, resolve_files
 from loadgen.scenario.redact import dump_scenario, header_variables
-from loadgen.scenario.schema import Scenario
+from loadgen.scenario.schema import Scenario, redact_url
 
 
 def result_filename(b: BenchArgs, model: str, stamp: str) -> Path:
@@ -78,6 +83,46 @@ def first_gap(sc: Scenario, seed: int | None) -> float:
     return vllm_offsets(n, rate, arrivals)[0]
 
 
+def wait_ready(base_url: str, timeout_s: int, verify: bool, message: Callable[[str], None]) -> None:
+    """vLLM's --ready-check-timeout-sec: ask ``GET {base_url}/models`` every 2 s until the
+    server answers 200, for at most ``timeout_s`` seconds, saying every 10 s what it waits for."""
+    deadline = time.monotonic() + timeout_s
+    message(f"waiting up to {timeout_s} s for {redact_url(base_url)} to answer")
+    why = "no answer yet"
+    said = time.monotonic()
+    with httpx.Client(trust_env=False, verify=verify, timeout=httpx.Timeout(5.0)) as http:
+        while True:
+            try:
+                status = http.get(base_url.rstrip("/") + "/models").status_code
+                if status == 200:
+                    return
+                why = f"HTTP {status}"
+            except httpx.HTTPError as e:
+                why = type(e).__name__
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TargetError(f"{redact_url(base_url)} did not answer within --ready-check-timeout-sec "
+                                  f"{timeout_s} ({why}); start the server, or give it longer")
+            if time.monotonic() - said >= 10:
+                message(f"still waiting ({why}), {left:.0f} s left")
+                said = time.monotonic()
+            time.sleep(min(2.0, left))
+
+
+def _keep(run_dir: Path, sc: Scenario, message: Callable[[str], None]) -> Path:
+    """A scratch run directory whose run ended early is kept where loadgen run would write it."""
+    records = run_dir / RECORDS
+    if not records.exists() or not records.stat().st_size:  # nothing measured: nothing to keep
+        shutil.rmtree(run_dir.parent, ignore_errors=True)
+        return run_dir
+    kept = default_run_dir(sc)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(run_dir, kept)
+    shutil.rmtree(run_dir.parent, ignore_errors=True)
+    message(f"run directory kept, as the run did not finish: {kept}")
+    return kept
+
+
 def bench_serve(
     argv: list[str], show: Callable[[str], None], message: Callable[[str], None],
     progress: Callable[[], ProgressObserver],
@@ -91,6 +136,8 @@ def bench_serve(
         message("seed 0 is vllm bench serve's default: the same prompts as every run without --seed "
                 "(give --seed N for others)")
     sc = scenario_of(b)
+    if b.ns.ready_check_timeout_sec > 0:
+        wait_ready(b.base_url, b.ns.ready_check_timeout_sec, sc.target.verify_tls, message)
     if b.ns.save_scenario:
         Path(b.ns.save_scenario).write_text(dump_scenario(sc, references=True))
         needs = header_variables(sc)
@@ -98,10 +145,22 @@ def bench_serve(
                 + (f"; it reads its headers from {', '.join(needs)}: set them first)" if needs else ")"))
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     planned = result_filename(b, sc.target.model, stamp) if b.ns.save_result else None
-    run_dir = Path(b.ns.out) if b.ns.out else (planned.with_suffix("") if planned else default_run_dir(sc))
+    # vLLM writes nothing without --save-result: the run directory is then a scratch one, removed
+    # after a clean end (kept, and said, when the run ends early: it holds what was measured)
+    scratch = not b.ns.out and planned is None
+    if b.ns.out:
+        run_dir = Path(b.ns.out)
+    elif planned is not None:
+        run_dir = planned.with_suffix("")
+    else:
+        run_dir = Path(tempfile.mkdtemp(prefix="loadgen-bench-")) / "run"
     bar = None if b.ns.disable_tqdm else progress()
     try:
         result = execute(sc, run_dir, observer=bar or QuietObserver(), render_report=render_markdown)
+    except BaseException:
+        if scratch:
+            _keep(run_dir, sc, message)
+        raise
     finally:
         if bar is not None:
             bar.close()
@@ -111,9 +170,15 @@ def bench_serve(
     data.update(vllm_result(
         records, percentile_metrics=b.percentile_metrics, percentiles=b.percentiles, goodput=b.goodput or None,
         max_concurrency=b.ns.max_concurrency, detailed=b.ns.save_detailed,
-        lead_s=first_gap(sc, result.summary.seed),
+        lead_s=first_gap(sc, result.summary.seed), request_rate=b.ns.request_rate,
     ))
     show(result_text(data, b.percentile_metrics))
+    per_second = data.pop("peak_concurrent_per_second")
+    if data["max_concurrent_requests"] != per_second:
+        message(f"peak concurrent requests: {data['max_concurrent_requests']} at once; vllm bench serve 0.32 "
+                f"prints {per_second}, the requests running at any time within the same whole second")
+    ok = not result.interrupted and result.aborted is None and any(
+        r.ok and r.first_token_at is not None for r in records if not r.warmup)
     if b.ns.save_result:
         path = result_filename(b, model, stamp)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +192,12 @@ def bench_serve(
         else:
             path.write_text(json.dumps(data))
         message(f"result: {path} (vLLM's layout); run directory: {run_dir}")
+    elif scratch and ok:
+        shutil.rmtree(run_dir.parent, ignore_errors=True)
+        message("no run directory kept: give --save-result (vLLM's result file and the run directory beside it) "
+                "or --out DIR to keep the records")
+    elif scratch:
+        run_dir = _keep(run_dir, sc, message)
     else:
         message(f"run directory: {run_dir}")
     # the exit codes of loadgen run: 130 stopped, 4 aborted, 3 nothing measured
@@ -134,7 +205,7 @@ def bench_serve(
         raise Interrupted("interrupted: the run directory holds every request measured before the stop")
     if result.aborted is not None:
         raise AbortedError(f"aborted: {result.aborted}; the run directory holds every request measured")
-    if not any(r.ok and r.first_token_at is not None for r in records if not r.warmup):
+    if not ok:
         raise TargetError("no request succeeded: the server could not serve this benchmark "
                           "(the failures are in the run directory's records.jsonl)")
     return data

@@ -71,6 +71,8 @@ class StreamingClient:
         self._tls = parts.scheme == "https"
         self._port = parts.port or (443 if self._tls else 80)
         self._ssl: ssl.SSLContext | None = None
+        self._verify = target.verify_tls
+        self._id_prefix = target.request_id_prefix
         self._url = url + ENDPOINTS[target.api]
         self._models_url = url + "/models"
         self._models_path = (parts.path or "") + "/models"
@@ -114,7 +116,7 @@ class StreamingClient:
 
     async def fetch_models(self) -> Unchecked:
         """``GET {base_url}/models``, bounded; raises ``httpx.HTTPError`` or ``ValueError``."""
-        async with side_client() as http:
+        async with side_client(verify=self._verify) as http:
             status, body = await side_call(http, "GET", self._models_url, what="the model list", headers=self._headers)
         if status >= 400:
             raise ValueError(f"HTTP {status} {body[:200].decode(errors='replace')}")
@@ -126,7 +128,7 @@ class StreamingClient:
     async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()
         if self._tls and self._ssl is None:
-            self._ssl = httpx.create_ssl_context()
+            self._ssl = httpx.create_ssl_context(verify=self._verify)
         async with asyncio.timeout(self._connect_s):
             _, conn = await loop.create_connection(
                 lambda: Connection(self.stats, self._starve_s), self._host, self._port,
@@ -250,7 +252,12 @@ class StreamingClient:
         error: FailureClass | None = None
         detail: str | None = None
         timers: list[asyncio.TimerHandle] = []
-        payload = self._head + b"%d\r\n\r\n" % len(req.body) + req.body
+        head = self._head
+        if self._id_prefix is not None:  # the line goes before Content-Length, which ends the head
+            name = f"{request_id}" if request_id >= 0 else f"warmup{-request_id}"  # warmups count down from -1
+            head = head.replace(b"\r\nContent-Length: ",
+                                f"\r\nX-Request-Id: {self._id_prefix}{name}\r\nContent-Length: ".encode(), 1)
+        payload = head + b"%d\r\n\r\n" % len(req.body) + req.body
         try:
             if hold is not None and hold[0] is not None:
                 kept, hold[0] = hold[0], None

@@ -109,6 +109,11 @@ async def resolve_model(
         models = await client.fetch_models()
     except (httpx.HTTPError, ValueError) as exc:
         reason = (str(exc) or type(exc).__name__).splitlines()[0]  # httpx appends a second line of help
+        if "CERTIFICATE_VERIFY_FAILED" in reason:  # every request would fail the same way
+            raise TargetError(
+                f"{base_url}: the server's TLS certificate is not trusted ({reason}); if you trust this server, "
+                "set target.verify_tls: false (loadgen bench serve: --insecure)"
+            ) from exc
         if wanted == "auto":
             raise TargetError(
                 f"{base_url}/models: cannot list models ({reason}); is an OpenAI-compatible "

@@ -319,7 +319,7 @@ class _Run:
                         return
                     calibration = measured
                     self.provenance.text_calibration(calibration.overhead, calibration.per_word)
-                async with MetricsScraper(base_url) as scraper:
+                async with MetricsScraper(base_url, verify=self.scenario.target.verify_tls) as scraper:
                     await self._cells(Measuring(client, scraper, server, model, calibration, desc), todo, stop)
         finally:
             self.stop_requested = self.stop_requested or (stop.is_set() and self.abort_reason is None)

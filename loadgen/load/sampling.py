@@ -89,7 +89,7 @@ class MetricsScraper:
     """Scrapes a server's ``/metrics`` (beside ``base_url``'s ``/v1``); a server without one
     (404, not Prometheus text) is scraped once and then left alone."""
 
-    def __init__(self, base_url: str, interval_s: float = 1.0) -> None:
+    def __init__(self, base_url: str, interval_s: float = 1.0, *, verify: bool = True) -> None:
         root = base_url.rstrip("/").removesuffix("/v1")
         self.root = root
         self.url = root + "/metrics"
@@ -97,7 +97,7 @@ class MetricsScraper:
         self.interval_s = interval_s
         self.enabled = True
         self.has_peak: bool | None = None
-        self._http = side_client()
+        self._http = side_client(verify=verify)
 
     async def __aenter__(self) -> MetricsScraper:
         return self

@@ -6,8 +6,12 @@
   token-bearing chunks (vLLM's ITL, one gap per chunk, not per token); ``tpot``:
   (latency - ttft) / (output tokens - 1) for requests of more than one token.
 - ``duration``: from the first request's scheduled start to the last request's end.
-- ``max_output_tokens_per_s`` / ``max_concurrent_requests``: tokens and requests per whole
-  second after the first send, as vLLM buckets them.
+- ``max_output_tokens_per_s``: tokens per whole second after the first send, as vLLM buckets
+  them; ``max_concurrent_requests``: the most requests in flight at one instant (vLLM 0.32
+  counted the requests running at any time within a whole second, which can exceed the
+  concurrency cap; ``peak_concurrent_per_second`` keeps that figure for comparison).
+- ``client_queue_time``: the wait for a concurrency slot (with ``--max-concurrency``);
+  ``e2el_including_client_queue``: that wait plus E2E latency (with a finite request rate).
 - goodput: requests meeting every ``--goodput`` objective (a 1-token answer's TPOT is 0).
 - ``generated_texts``: loadgen does not keep answers (empty strings).
 """
@@ -40,6 +44,18 @@ def _gaps(r: RequestRecord) -> list[float]:
     return [b - a for a, b in zip(offs, offs[1:], strict=False)]
 
 
+def exact_peak(ok: list[RequestRecord]) -> int:
+    """The most requests in flight at one instant (a request ending as another starts is not
+    counted twice)."""
+    events = sorted([(r.sent_at, 1) for r in ok if r.sent_at is not None]
+                    + [(r.done_at, -1) for r in ok if r.done_at is not None])
+    peak = running = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
 def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
     if not ok:
         return 0.0, 0
@@ -63,6 +79,7 @@ def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
 def vllm_result(
     records: list[RequestRecord], *, percentile_metrics: list[str], percentiles: list[float],
     goodput: dict[str, float] | None, max_concurrency: int | None, detailed: bool, lead_s: float = 0.0,
+    request_rate: float = math.inf,
 ) -> VllmResult:
     """The benchmark part of vLLM's result JSON (the header fields are the caller's); its
     duration runs from the start of the benchmark, ``lead_s`` before the first request was due
@@ -115,7 +132,8 @@ def vllm_result(
         })
     peak_tokens, peak_running = _peaks(ok)
     out["max_output_tokens_per_s"] = peak_tokens
-    out["max_concurrent_requests"] = peak_running
+    out["max_concurrent_requests"] = exact_peak(ok)
+    out["peak_concurrent_per_second"] = peak_running
     out["rtfx"] = 0.0
     values = {
         "ttft": list(ttft.values()),
@@ -128,6 +146,9 @@ def vllm_result(
             _stats(values[name], name, percentiles, out)
     if max_concurrency is not None and "client_queue_time" in percentile_metrics:
         _stats([r.slot_wait_s for r in ok], "client_queue_time", percentiles, out)
+    if (max_concurrency is not None and not math.isinf(request_rate)
+            and "e2el_including_client_queue" in percentile_metrics):
+        _stats([latency[id(r)] + r.slot_wait_s for r in ok], "e2el_including_client_queue", percentiles, out)
     return out
 
 
@@ -142,6 +163,8 @@ def result_text(result: VllmResult, metrics: list[str]) -> str:
     row("Failed requests:", result["failed"], "{:<10}")
     if result.get("max_concurrency") is not None:
         row("Maximum request concurrency:", result["max_concurrency"], "{:<10}")
+    if isinstance(result.get("request_rate"), (int, float)):
+        row("Request rate configured (RPS):", result["request_rate"])
     row("Benchmark duration (s):", result["duration"])
     row("Total input tokens:", result["total_input_tokens"], "{:<10}")
     row("Total generated tokens:", result["total_output_tokens"], "{:<10}")
@@ -153,16 +176,19 @@ def result_text(result: VllmResult, metrics: list[str]) -> str:
     row("Peak concurrent requests:", result["max_concurrent_requests"])
     row("Total token throughput (tok/s):", result["total_token_throughput"])
     headers = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
-               "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency")}
-    for key in ("ttft", "tpot", "itl", "e2el"):
-        if key not in metrics:
+               "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency"),
+               "client_queue_time": ("Client Queue Time", "Client-side Queueing"),
+               "e2el_including_client_queue": ("E2EL incl. Client Queue", "Queue-inclusive End-to-end Latency")}
+    for key in headers:
+        if key not in metrics or f"mean_{key}_ms" not in result:
             continue
         short, header = headers[key]
         lines.append("{s:{c}^{n}}".format(s=header, n=50, c="-"))
         row(f"Mean {short} (ms):", result[f"mean_{key}_ms"])
         row(f"Median {short} (ms):", result[f"median_{key}_ms"])
         for name, value in result.items():
-            if name.startswith("p") and name.endswith(f"_{key}_ms") and name[1].isdigit():
+            if (name.startswith("p") and name.endswith(f"_{key}_ms") and name[1].isdigit()
+                    and name.split("_", 1)[1] == f"{key}_ms"):
                 row(f"P{name[1:].split('_')[0]} {short} (ms):", value)
     lines.append("=" * 50)
     return "\n".join(lines)

@@ -186,6 +186,10 @@ class Target(_Model):
     # current OpenAI name) and max_tokens (what older servers read); completions send max_tokens
     max_tokens_param: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto"
     timeouts: Timeouts = Timeouts()
+    # check an https server's certificate (false: a self-signed one is taken, as curl --insecure)
+    verify_tls: bool = True
+    # send "X-Request-Id: <prefix><request number>" with each request (the server logs it)
+    request_id_prefix: str | None = None
 
     @model_validator(mode="after")
     def _check_url(self) -> Target:
@@ -194,6 +198,8 @@ class Target(_Model):
         for name, value in self.headers.items():
             if (why := header_problem(name, value)) is not None:
                 raise ValueError(why)
+        if self.request_id_prefix is not None and (why := header_problem("X-Request-Id", self.request_id_prefix)):
+            raise ValueError(f"request_id_prefix: {why}")
         return self
 
 

@@ -46,7 +46,8 @@ def test_vllms_harmless_flags_are_taken_and_append_result_appends(start_sim: Sta
     url = start_sim(ttft_ms=2, itl_ms=1)
     result = tmp_path / "result.json"
     flags = ["--trust-remote-code", "--tokenizer-mode", "auto", "--request-id-prefix", "bench-x-",
-             "--ready-check-timeout-sec", "30", "--plot-timeline", "--probe-request-rate", "2", "--logprobs", "1"]
+             "--ready-check-timeout-sec", "30", "--plot-timeline", "--probe-request-rate", "2", "--logprobs", "1",
+             "--insecure"]
     for n in range(2):
         proc = subprocess.run(
             [sys.executable, "-m", "loadgen", "bench", "serve", "--base-url", url.removesuffix("/v1"),
@@ -56,8 +57,8 @@ def test_vllms_harmless_flags_are_taken_and_append_result_appends(start_sim: Sta
             cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
         )
         assert proc.returncode == 0, proc.stderr
-        for flag in ("--trust-remote-code", "--tokenizer-mode", "--request-id-prefix", "--ready-check-timeout-sec",
-                     "--plot-timeline", "--probe-request-rate", "--logprobs"):
+        for flag in ("--trust-remote-code", "--tokenizer-mode", "--plot-timeline", "--probe-request-rate",
+                     "--logprobs"):
             assert f"{flag} ignored: " in proc.stderr
     # vLLM's --append-result: the second result follows the first, a JSON document a line
     documents = [json.loads(line) for line in result.read_text().splitlines()]
