@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from loadgen.cli.console import err, handles_errors, out, print_summary, print_text
 from loadgen.cli.root import Command, Group, Overrides, app
-from loadgen.errors import AbortedError, TargetError, UsageError
+from loadgen.errors import AbortedError, LoadgenError, TargetError, UsageError
 from loadgen.report.summary import render_markdown
 
 
@@ -64,6 +66,7 @@ def run(
     from loadgen.report.views import published_tables, render_tables
     from loadgen.results.rundir import default_run_dir
     from loadgen.scenario.loader import load_scenario, parse_scenario
+    from loadgen.scenario.matrix import overridden_sets
     from loadgen.scenario.overrides import search_overrides
 
     flags = {"load.concurrency": concurrency, "load.rate": rate, "workload.input_tokens": input_len,
@@ -79,6 +82,11 @@ def run(
     else:
         sc = load_scenario(scenario, sets)
     check_models(sc, str(scenario or "loadgen run"))
+    if scenario is not None:
+        for line in overridden_sets(sc, sets):
+            err().print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
+        if base_url is None:
+            gpu_dead_end(sc, scenario, sets)
     if resume is not None and out_dir is not None and resume != out_dir:
         raise UsageError("--resume DIR continues DIR; drop --out")
     run_dir = resume or out_dir or default_run_dir(sc)
@@ -104,8 +112,12 @@ def run(
         for path in write_capacity_plots(summary, result.run_dir):
             err().print(f"wrote {path}", markup=False, highlight=False)
     failed = [c for c in summary.cells if c.status == "failed"]
-    for c in failed:
-        err().print(f"cell {c.cell + 1} failed: {c.reason}", markup=False, highlight=False, soft_wrap=True)
+    reasons: dict[str, list[int]] = {}
+    for c in failed:  # one line per reason, naming its cells
+        reasons.setdefault(str(c.reason), []).append(c.cell + 1)
+    for reason, numbers in reasons.items():
+        which = f"cell {numbers[0]}" if len(numbers) == 1 else f"cells {', '.join(map(str, numbers))}"
+        err().print(f"{which} failed: {reason}", markup=False, highlight=False, soft_wrap=True)
     out().print(f"run directory: {result.run_dir}", markup=False, highlight=False)
     if summary.cells and len(failed) == len(summary.cells) and result.aborted is None and not result.interrupted:
         raise TargetError("no cell completed a request: the server could not serve this scenario (reasons above)")
@@ -114,6 +126,29 @@ def run(
     if result.interrupted:
         err().print("interrupted: the run directory holds every request measured before the stop")
         raise typer.Exit(130)
+
+
+def gpu_dead_end(sc: Any, scenario: Path, sets: list[str]) -> None:
+    """A scenario that would start engines on GPUs, on a machine with none: one reason, and the
+    command that runs it on CPU with the tiny model (given only once it is checked to)."""
+    from loadgen.engines.nogpu import cpu_sets, gpu_engines
+    from loadgen.scenario.loader import load_scenario
+    from loadgen.servers.gpus import gpu_count
+
+    engines = gpu_engines(sc, str(scenario))
+    if not engines or gpu_count():
+        return
+    why = f"{scenario}: it starts {'; '.join(engines)}, and this machine has no NVIDIA GPU"
+    extra = cpu_sets(sc)
+    try:
+        cpu = load_scenario(scenario, [*sets, *extra])
+        works = not gpu_engines(cpu, str(scenario))
+    except LoadgenError:
+        works = False
+    if not works:
+        raise TargetError(why + " (run it where GPUs are)")
+    command = "loadgen " + shlex.join([*sys.argv[1:], *(w for s in extra for w in ("--set", s))])
+    raise TargetError(f"{why}. The same scenario on CPU, with loadgen's tiny model:\n  {command}")
 
 
 bench_app = typer.Typer(

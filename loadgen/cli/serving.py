@@ -175,7 +175,10 @@ def serve(
         what = " ".join(x for x in (launch.name, str(engine_info(url).get("version", ""))) if x)
         out().print(f"{url}  ({what}, ready in {seconds:.1f} s; Ctrl-C stops it)", markup=False, highlight=False)
 
-    stopped, code = serve_foreground(LaunchedServer(launch, log_path), ready)
+    def waiting(line: str) -> None:
+        err().print(line, markup=False, highlight=False, soft_wrap=True)
+
+    stopped, code = serve_foreground(LaunchedServer(launch, log_path, on_wait=waiting), ready)
     if not stopped:
         raise LaunchError(f"{launch.name} exited with status {code} (log: {log_path})", tail(log_path))
 

@@ -23,7 +23,7 @@ DEFAULT_SLOTS = 16
 DEFAULT_PORT = 8000  # loadgen serve's; a run gives its engine a free port
 
 
-def _device(device: str, ref: ModelRef, gpus: str | None, tp: int | None) -> str:
+def device_of(device: str, ref: ModelRef, gpus: str | None, tp: int | None) -> str:
     """``auto``: a GPU engine, except the tiny model on a machine without a GPU, which runs on CPU."""
     if device != "auto":
         return device
@@ -68,7 +68,7 @@ def build_spec(options: EngineOptions, cpus: tuple[int, ...] = ()) -> EngineSpec
         raise UsageError(f"{flag(option)}: {not_taken(engine, option)}")
     tp, pp, gpus = options.tp, options.pp, options.gpus
     ref = resolve_model(options.model, options.quant, engine.quants, engine.name)
-    dev = _device(options.device, ref, gpus, tp)
+    dev = device_of(options.device, ref, gpus, tp)
     placed: tuple[int, ...] | None
     if dev == "cpu":
         if gpus is not None or (tp or 1) > 1 or pp > 1:

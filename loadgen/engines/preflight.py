@@ -18,6 +18,7 @@ import httpx
 
 from loadgen.engines.build import foreign_option, not_taken
 from loadgen.engines.catalogue import resolve_model
+from loadgen.engines.hub import unavailable
 from loadgen.engines.registry import SIM, engine_named
 from loadgen.engines.spec import EngineSpec
 from loadgen.errors import EngineUnavailable, LaunchError, ScenarioError, UsageError
@@ -58,6 +59,8 @@ def prepare(
         from loadgen.servers.tiny import ensure_tiny
 
         ensure_tiny()
+    elif (why := unavailable(spec.model.checkpoint)) is not None:
+        raise EngineUnavailable(why)
     if engine.prepare is not None:
         engine.prepare(spec, launch, echo)
     return info

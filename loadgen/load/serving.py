@@ -5,6 +5,7 @@ how a cell ended when its engine died under it.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections import Counter
@@ -18,7 +19,7 @@ from loadgen.engines.build import build_spec, launch_spec
 from loadgen.engines.preflight import engine_info, prepare
 from loadgen.engines.registry import SIM, backend_of, engine_named
 from loadgen.engines.spec import EngineSpec
-from loadgen.errors import UsageError
+from loadgen.errors import LaunchError, UsageError
 from loadgen.results.cellstatus import ServerInfo, SettingValues
 from loadgen.results.provenance import LaunchRecord, Placement, Provenance
 from loadgen.results.records import RequestRecord
@@ -26,6 +27,7 @@ from loadgen.results.rundir import RunDirWriter
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.redact import redact_secret_flags, redact_url
 from loadgen.scenario.schema import Scenario
+from loadgen.scenario.serve import Serve
 from loadgen.servers.cpus import cores_text, listener_cores, pin, split_cores, usable_cores
 from loadgen.servers.launch import LaunchedServer, free_port, shell_line, sim_spec, tail
 
@@ -63,6 +65,18 @@ def engine_spec(point: Scenario, cpus: tuple[int, ...] = ()) -> EngineSpec:
     return build_spec(serve.model_copy(update={"port": port, "slots": slots}), cpus)
 
 
+def as_keys(text: str) -> str:
+    """``loadgen serve``'s words in a scenario's: each of its flags (``--tp``) becomes the
+    ``serve:`` key that sets it (``serve.tp``), the key ``--set`` takes; a command quoted in
+    backticks is left as it is."""
+    def key(m: re.Match[str]) -> str:
+        name = m.group(1).replace("-", "_")
+        return f"serve.{name}" if name in Serve.model_fields else m.group(0)
+
+    parts = text.split("`")
+    return "`".join(p if i % 2 else re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", key, p) for i, p in enumerate(parts))
+
+
 def spec_summary(spec: EngineSpec) -> ServerInfo:
     """The resolved engine configuration a cell ran on, as the tables show it."""
     s = spec.setting
@@ -88,19 +102,24 @@ def launch_target(
         launch = replace(sim_spec(point.serve), cpus=cpus)
         info = LaunchRecord(SIM, redact_secret_flags(launch.argv))
     else:
-        spec = engine_spec(point, cpus)
-        launch = launch_spec(spec)
-        if point.serve.ready_timeout_s is not None:
-            launch = replace(launch, ready_timeout_s=point.serve.ready_timeout_s)
-        if point.load.reset_cache == "between-cells":
-            # what the engine needs to serve POST /reset_prefix_cache
-            launch = replace(launch, env={**launch.env, **engine_named(spec.backend).reset_cache_env})
-        info = prepare(spec, launch, force=point.serve.force)
+        try:
+            spec = engine_spec(point, cpus)
+            launch = launch_spec(spec)
+            if point.serve.ready_timeout_s is not None:
+                launch = replace(launch, ready_timeout_s=point.serve.ready_timeout_s)
+            if point.load.reset_cache == "between-cells":
+                # what the engine needs to serve POST /reset_prefix_cache
+                launch = replace(launch, env={**launch.env, **engine_named(spec.backend).reset_cache_env})
+            info = prepare(spec, launch, force=point.serve.force)
+        except LaunchError as exc:
+            raise type(exc)(as_keys(str(exc)), exc.log_tail) from exc
+        except UsageError as exc:
+            raise type(exc)(as_keys(str(exc))) from exc
         info.spec = spec_summary(spec)
     info.log = log_path.name
     provenance.launched(info)
     out.write_provenance(provenance)
-    server = LaunchedServer(launch, log_path)
+    server = LaunchedServer(launch, log_path, on_wait=message)
     message(f"starting {launch.name}: {shell_line(launch)}")
     t = time.monotonic()
 

@@ -3,9 +3,20 @@ its kind (single-stream, throughput) or a search's capacity table in a chosen fo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from loadgen.errors import UsageError
 from loadgen.report.capacity import capacity_table
-from loadgen.report.layouts import compare_rows, compare_table, single_stream_tables, throughput_rows, throughput_table
+from loadgen.report.charts import cell_label
+from loadgen.report.layouts import (
+    compare_rows,
+    compare_table,
+    model_label,
+    single_stream_tables,
+    throughput_rows,
+    throughput_table,
+    varying_axes,
+)
 from loadgen.report.summary import sweep_table
 from loadgen.report.tables import Table, render
 from loadgen.results.summary import Summary
@@ -19,9 +30,33 @@ def check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> No
         raise UsageError(f"{option} {value!r}: choose {', '.join(choices)}")
 
 
+def failure_notes(summary: Summary) -> tuple[str, ...]:
+    """One note per measured cell whose requests failed: how many, of which class, and that its
+    figures count the ones that finished (a table never hides a failed request)."""
+    cells = [c for c in summary.measured if c.metrics is not None and c.metrics.failed]
+    axes = varying_axes(list(summary.measured))
+    notes = []
+    for c in cells:
+        m = c.metrics
+        assert m is not None
+        classes = ", ".join(f"{n} {k}" for k, n in m.failures_by_class.items())
+        where = cell_label(c, axes) if axes else model_label(c.server)
+        notes.append(f"{where}: {m.failed} of {m.requests} requests failed ({classes}); "
+                     f"its figures count the {m.completed} that finished")
+    return tuple(notes)
+
+
 def published_tables(summary: Summary, table: str, spread: bool) -> list[Table]:
     """The single-stream tables (one per model), the throughput table, or the capacity table
-    (one row per search) of a summary."""
+    (one row per search) of a summary; failed requests are said under each table."""
+    tables = _published(summary, table, spread)
+    notes = failure_notes(summary)
+    if not notes or table == "sweep":  # the sweep table has a column of its own for them
+        return tables
+    return [replace(t, footnotes=(*t.footnotes, *notes)) for t in tables]
+
+
+def _published(summary: Summary, table: str, spread: bool) -> list[Table]:
     if table == "single-stream":
         return single_stream_tables(summary, spread=spread)
     if table == "compare":

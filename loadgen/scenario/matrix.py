@@ -178,3 +178,18 @@ def search_lines(scenario: Scenario, source: str = "<scenario>") -> list[SearchL
         for inp, out in itertools.product(point.workload.input_tokens, point.workload.output_tokens):
             lines.append(SearchLine(len(lines), point, tuple(labels.items()), inp, out))
     return lines
+
+
+def overridden_sets(scenario: Scenario, sets: list[str]) -> list[str]:
+    """Why each ``--set KEY=VALUE`` that a matrix axis replaces in its cells changes nothing there."""
+    out: list[str] = []
+    for text in sets:
+        key, _, value = text.partition("=")
+        key = key.strip()
+        for block in scenario.matrix_blocks:
+            for axis, values in block.axes.items():
+                if AXES.get(axis, axis) == key and key != f"matrix.{axis}":
+                    shown = ", ".join(str(v) for v in values)
+                    out.append(f"--set {text}: the matrix axis {axis} ({shown}) sets {key} in each of its cells; "
+                               f"to run only {value.strip()}: --set 'matrix.{axis}=[{value.strip()}]'")
+    return out

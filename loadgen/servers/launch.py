@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import socket
@@ -27,6 +28,7 @@ from loadgen.errors import Interrupted, LaunchError
 from loadgen.results.files import output_error
 from loadgen.scenario.redact import redact_secret_flags
 from loadgen.scenario.serve import Serve
+from loadgen.servers.heartbeat import EVERY_S, Echo, last_start, note_start, phase, start_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,22 @@ def group_members(pgid: int) -> list[int]:
     return pids
 
 
+# a log line that says what went wrong (an exception's last line, an engine's ERROR line)
+_ERROR_WORDS = re.compile(r"error|exception|fatal|failed|traceback|killed|abort", re.IGNORECASE)
+
+
+def last_error(log_tail: str) -> str | None:
+    """The last line of a log that says what went wrong (a traceback's final line, not its
+    frames), cut to 240 characters; None when no line does."""
+    for line in reversed(log_tail.splitlines()):
+        text = line.strip()
+        if not text or text.startswith(("File ", "^", "~")) or "Traceback (most recent call last)" in text:
+            continue
+        if _ERROR_WORDS.search(text):
+            return text if len(text) <= 240 else text[:239] + "…"
+    return None
+
+
 def tail(path: Path, lines: int = 20) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -143,8 +161,9 @@ def tail(path: Path, lines: int = 20) -> str:
 class LaunchedServer:
     """Context manager: starts ``spec``, waits until ready, always stops the whole group."""
 
-    def __init__(self, spec: LaunchSpec, log_path: Path, grace_s: float = 10.0) -> None:
+    def __init__(self, spec: LaunchSpec, log_path: Path, grace_s: float = 10.0, on_wait: Echo | None = None) -> None:
         self.spec = spec
+        self.on_wait = on_wait  # told every few seconds how the start goes (elapsed, the log's phase)
         self.log_path = log_path
         self.grace_s = grace_s
         self.proc: subprocess.Popen[bytes] | None = None
@@ -190,18 +209,29 @@ class LaunchedServer:
         root = f"http://{spec.host}:{spec.port}"
         stages = list(spec.ready_paths)
         stage = stages.pop(0)
+        key = start_key(spec.argv)
+        before = last_start(key)
+        t0 = said = time.monotonic()
         with httpx.Client(timeout=2.0, trust_env=False) as http:
             while True:
+                if self.on_wait is not None and time.monotonic() - said >= EVERY_S:
+                    said = time.monotonic()
+                    doing = phase(tail(self.log_path, 40))
+                    self.on_wait(f"{spec.name} starting: {said - t0:.0f} s" + (f", {doing}" if doing else "")
+                                 + (f" (the last start here took {before:.0f} s)" if before else ""))
                 code = self.proc.poll()
                 if code is not None:
+                    log = tail(self.log_path, 60)
+                    why = last_error(log)
                     raise LaunchError(
-                        f"{spec.name} exited with status {code} before it was ready "
-                        f"(log: {self.log_path})",
-                        tail(self.log_path),
+                        f"{spec.name} exited with status {code} before it was ready"
+                        + (f": {why}" if why else "") + f" (log: {self.log_path})",
+                        "\n".join(log.splitlines()[-20:]),
                     )
                 with contextlib.suppress(httpx.HTTPError):
                     if http.get(root + stage).status_code == 200:
                         if not stages:
+                            note_start(key, time.monotonic() - t0)
                             return
                         stage = stages.pop(0)
                         continue
