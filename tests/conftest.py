@@ -38,3 +38,17 @@ def start_sim(tmp_path: Path) -> Iterator[StartSim]:
 def live_group_members(pgid: int) -> list[int]:
     """PIDs still running in a process group; zombies (dead, not yet reaped by init) excluded."""
     return group_members(pgid)
+
+
+@pytest.fixture
+def cpu_hog() -> Iterator[None]:
+    """Another program keeping a core busy for the whole test, as on a shared machine."""
+    import subprocess
+    import sys
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait()

@@ -165,7 +165,9 @@ class _State:
             "model": self.model or (sc.target.model if sc.target.model != "auto" else "auto (the server's first)"),
             "input_tokens": self.plan.input_tokens, "output_tokens": self.plan.output_tokens,
             "prompts": w.source if w.source != "generated" else f"generated {w.prompt}",
-            "steps": list(self.plan.steps), "step_s": self.plan.step_s,
+            # the concurrency steps run only under the shape (loadgen locust --shape)
+            "steps": list(self.plan.steps) if self.env is not None and self.env.shape_class is not None else [],
+            "step_s": self.plan.step_s,
         }
 
 

@@ -112,14 +112,21 @@ def plot_distributions(summary: Summary, records: list[RequestRecord], path: Pat
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     for ax, (name, value) in zip(axes, METRICS, strict=True):
+        seen: list[float] = []
         for c in cells:
             xs = np.sort([v * 1e3 for r in by_cell[c.cell] if (v := value(r)) is not None])
             if xs.size:
                 ys = np.arange(1, xs.size + 1) / xs.size
                 ax.step(xs, ys, where="post", label=cell_label(c, axes_k))
-        ax.set_xlabel(f"{name} (ms)")
+                seen += [float(xs[0]), float(xs[-1])]
+        # a distribution is read over the data's range: from zero, tight curves would be
+        # vertical lines on the frame; the label says where the axis starts when it is not zero
+        lo, hi = (min(seen), max(seen)) if seen else (0.0, 1.0)
+        pad = (hi - lo) * 0.05 or max(hi * 0.05, 0.01)
+        left = max(lo - pad, 0.0)
+        ax.set_xlim(left, hi + pad)
+        ax.set_xlabel(f"{name} (ms)" + (f", axis from {left:.3g} ms, not zero" if left > 0 else ""))
         ax.set_ylabel("share of requests at or below")
-        ax.set_xlim(left=0)
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
     if 1 < len(cells) <= 12:
@@ -161,7 +168,8 @@ def plot_timeline(summary: Summary, records: list[RequestRecord], path: Path) ->
     ax.set_xlabel("time since the first request was sent (s)")
     ax.set_ylabel("request (in order sent)")
     shown = "" if total == len(rows) else f" ({len(rows)} of {total} requests, evenly chosen)"
-    ax.set_title(f"{summary.scenario}: requests from send to last token, | first token{shown}", fontsize=10)
+    ax.set_title(f"{summary.scenario}: each request from its send to its last token; a tick marks its first "
+                 f"token{shown}", fontsize=10)
     if 1 < len(order) <= 12:
         ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, axis="x", alpha=0.3)

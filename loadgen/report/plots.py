@@ -123,8 +123,10 @@ def plot_latency(summary: Summary, path: Path) -> Path | None:
                 ax.annotate(label, (x, d.p50 * 1e3), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set_xlabel("output tokens/s")
         ax.set_ylabel(f"{name} (ms)")
-        ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
+        # room above the highest point and right of the last label: nothing on the frame or cut
+        top = max([(d.get(q) or 0.0) * 1e3 for _, d, _ in dists for q in ("p50", "p99")] or [1.0])
+        ax.set_xlim(0, max(x for x, _, _ in dists) * 1.15 or 1.0)
+        ax.set_ylim(0, top * 1.15 or 1.0)
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.suptitle(f"{summary.scenario}: latency against throughput")

@@ -113,7 +113,11 @@ class ProgressObserver:
         self.progress.update(self.task, advance=1, tps=self.tps, errors=self.errors)
 
     def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
-        pass
+        """The bar ends on the cell's figure, the one its table shows (output tokens over the
+        measured window), not on the last live reading."""
+        m = summary.metrics
+        if self.task is not None and m is not None and m.output_throughput is not None:
+            self.progress.update(self.task, tps=f"{m.output_throughput:,.0f}")
 
     def close(self) -> None:
         self.progress.stop()

@@ -29,6 +29,7 @@ from loadgen.results.files import output_error
 from loadgen.scenario.redact import redact_secret_flags
 from loadgen.scenario.serve import Serve
 from loadgen.servers.heartbeat import EVERY_S, Echo, last_start, note_start, phase, start_key
+from loadgen.servers.leftovers import new_scratch, remove, scratch_env, shared_memory_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +165,8 @@ class LaunchedServer:
     def __init__(self, spec: LaunchSpec, log_path: Path, grace_s: float = 10.0, on_wait: Echo | None = None) -> None:
         self.spec = spec
         self.on_wait = on_wait  # told every few seconds how the start goes (elapsed, the log's phase)
+        self.scratch: Path | None = None  # the engine's own TMPDIR, removed when it stops
+        self.shared: set[Path] = set()  # what its processes were seen mapping in /dev/shm
         self.log_path = log_path
         self.grace_s = grace_s
         self.proc: subprocess.Popen[bytes] | None = None
@@ -174,7 +177,8 @@ class LaunchedServer:
         spec = self.spec
         check_port(spec)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **spec.env}
+        self.scratch = new_scratch()
+        env = {**os.environ, **scratch_env(self.scratch), **spec.env}
         try:  # never through a link planted where the log belongs
             fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -232,6 +236,7 @@ class LaunchedServer:
                     if http.get(root + stage).status_code == 200:
                         if not stages:
                             note_start(key, time.monotonic() - t0)
+                            self.shared |= shared_memory_of(group_members(self.proc.pid))
                             return
                         stage = stages.pop(0)
                         continue
@@ -249,6 +254,7 @@ class LaunchedServer:
         if proc is None:
             return None
         deadline = time.monotonic() + self.grace_s
+        self.shared |= shared_memory_of(group_members(proc.pid))
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -269,6 +275,9 @@ class LaunchedServer:
         deadline = time.monotonic() + 10
         while group_members(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
+        if not group_members(proc.pid):  # what it leaves goes only once no process of it can use it
+            remove(self.scratch, self.shared)
+            self.scratch, self.shared = None, set()
         return proc.returncode
 
     def __enter__(self) -> LaunchedServer:

@@ -17,6 +17,7 @@ import pytest
 from loadgen.results.records import read_records
 from tests.conftest import live_group_members
 from tests.e2e.test_engines import ROOT, assert_exact_usage, loadgen, popen, scenario
+from tests.leftovers import engine_shared_memory, left_of
 
 
 def free_port() -> int:
@@ -31,12 +32,13 @@ def serve_and_run(tmp_path: Path, *serve_args: str, per_cell: int, exact_chunks:
     against it, then Ctrl-C; returns what the ready line said. Not one request may fail, and
     nothing of the engine may outlive the Ctrl-C: no process, no shared memory."""
     port = free_port()
-    shm_before = {p.name for p in Path("/dev/shm").iterdir()}
     serve = popen("serve", "tiny", *serve_args, "--port", str(port), "--log", str(tmp_path / "engine.log"))
     try:
         assert serve.stdout is not None
         ready = serve.stdout.readline()
         assert f"http://127.0.0.1:{port}/v1" in ready, ready + (tmp_path / "engine.log").read_text()[-3000:]
+        engine = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True).stdout.split()
+        shared = set().union(*(engine_shared_memory(int(p)) for p in engine if int(p) != serve.pid))
         path = scenario(tmp_path, f"""
 workload: {{num_prompts: {per_cell}, input_tokens: 64, output_tokens: 32}}
 load: {{concurrency: [4, 8], warmup_requests: 1}}
@@ -67,7 +69,7 @@ load: {{concurrency: [4, 8], warmup_requests: 1}}
     assert live_group_members(serve.pid) == []
     left = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
-    assert {p.name for p in Path("/dev/shm").iterdir()} <= shm_before
+    assert left_of(shared, serve.pid) == []  # its shared memory and its temporary directory
     return ready
 
 

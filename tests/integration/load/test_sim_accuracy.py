@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from loadgen.load.connection import STARVE_ENV
 from loadgen.load.run import execute
 from loadgen.results.records import read_records
 from loadgen.scenario.loader import parse_scenario
@@ -31,22 +33,40 @@ def scenario(base_url: str, concurrency: int, prompts: int, output: int, **extra
     return data
 
 
+def accuracy(m: dict[str, Any], sim: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Each figure's error against the simulator's configured truth, with its bound. The bounds
+    are relative to the simulator's own clock on this machine: its chunks left on average
+    ``lateness`` after their deadlines (a busy machine delays its timers too), and a measured
+    figure may be off by that much besides the client's own allowance."""
+    lateness = sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"]
+    return {
+        "ttft p50": (abs(m["ttft_s"]["p50"] - TTFT_S), 0.003 + lateness),
+        "itl p50": (abs(m["itl_s"]["p50"] - ITL_S), 0.001 + lateness),
+        "itl p99": (max(0.0, m["itl_s"]["p99"] - ITL_S), 0.005 + 2 * lateness),
+    }
+
+
 @pytest.mark.parametrize(
-    ("concurrency", "prompts", "output"),
-    [(1, 12, 32), (64, 256, 128)],
+    ("concurrency", "prompts", "output", "busy"),
+    [(1, 12, 32, False), (64, 256, 128, False), (64, 256, 128, True)],
+    ids=["c1", "c64", "c64-beside-a-cpu-hog"],
 )
 def test_figures_match_the_configured_truth(
-    start_sim: StartSim, tmp_path: Path, concurrency: int, prompts: int, output: int
+    start_sim: StartSim, tmp_path: Path, request: pytest.FixtureRequest, concurrency: int, prompts: int,
+    output: int, busy: bool,
 ) -> None:
+    if busy:
+        request.getfixturevalue("cpu_hog")
     base_url = start_sim(ttft_ms=TTFT_S * 1e3, itl_ms=ITL_S * 1e3)
     sc = parse_scenario(scenario(base_url, concurrency, prompts, output))
     result = execute(sc, tmp_path / "run")
     m = result.summary.to_dict()["cells"][0]["metrics"]
+    sim = sim_metrics(base_url)
 
     assert m["completed"] == prompts
     assert m["failed"] == 0
-    assert abs(m["ttft_s"]["p50"] - TTFT_S) < 0.003
-    assert abs(m["itl_s"]["p50"] - ITL_S) < 0.001
+    errors = accuracy(m, sim)
+    assert all(error <= bound for error, bound in errors.values()), errors
     assert m["output_tokens_total"] == prompts * output
     assert m["prompt_tokens_total"] == prompts * 64
     assert m["prompt_tokens_mismatched"] == 0
@@ -58,20 +78,31 @@ def test_figures_match_the_configured_truth(
 
     # the simulator's own count: every request reached it, with the 2 calibration probes of the
     # text prompts and the 2 warmups (the connections' GET /models are not completions)
-    sim = sim_metrics(base_url)
     assert sim["loadgen_sim_requests_completed_total"] == prompts + 4
     # and no request was answered from a cache another request of ours filled
     assert sim["loadgen_sim_prefix_cache_queries_total"] > 0
     assert sim["loadgen_sim_prefix_cache_hits_total"] == 0
     assert result.summary.cells[0].server_prefix_cache_hit_rate == 0.0
-    # and the instrument kept its schedule: chunks left on average within 0.5 ms of their deadline
-    lateness = sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"]
-    assert lateness < 0.0005
-    assert sim["loadgen_sim_chunk_lateness_seconds_min"] >= 0  # and never sent one early
+    # the simulator kept its schedule well enough to be the reference (a few ms at worst on a
+    # busy machine), and never sent a chunk early
+    assert sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"] < 0.005
+    assert sim["loadgen_sim_chunk_lateness_seconds_min"] >= 0
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     assert len(records) == prompts + 4
     assert sum(r.warmup for r in records) == 4
     assert sorted(r.request_id for r in records if r.request_id < 0) == [-2, -1]  # the probes
+
+
+def test_the_bounds_catch_a_client_that_falls_behind(
+    start_sim: StartSim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same check against a client slowed on purpose (half a millisecond of work per read,
+    what a regression in its parsing would cost): the bounds that hold on a busy machine fail it."""
+    monkeypatch.setenv(STARVE_ENV, "0.5")
+    base_url = start_sim(ttft_ms=TTFT_S * 1e3, itl_ms=ITL_S * 1e3)
+    result = execute(parse_scenario(scenario(base_url, 64, 256, 128)), tmp_path / "run")
+    errors = accuracy(result.summary.to_dict()["cells"][0]["metrics"], sim_metrics(base_url))
+    assert any(error > bound for error, bound in errors.values()), errors
 
 
 def test_open_loop_constant_rate_sends_on_schedule(start_sim: StartSim, tmp_path: Path) -> None:

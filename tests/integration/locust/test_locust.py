@@ -295,3 +295,32 @@ def test_a_second_web_ui_on_a_taken_port_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: --web-port {port}: 127.0.0.1:{port} is in use")
+
+
+@pytest.mark.parametrize(("shape", "steps"), [(False, []), (True, [1, 4])])
+def test_the_start_page_shows_the_shape_steps_only_under_the_shape(
+    start_sim: StartSim, tmp_path: Path, shape: bool, steps: list[int],
+) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=1)
+    scenario = write_scenario(tmp_path / "s.yaml", load={"concurrency": [1, 4]})
+    port = free_port("127.0.0.1")
+    with (tmp_path / "locust.log").open("w") as log:
+        ui = subprocess.Popen(
+            [sys.executable, "-m", "loadgen", "locust", *(["--shape"] if shape else []), "--scenario", str(scenario),
+             "--host", base_url, "--web-port", str(port), "--out", str(tmp_path / "run")],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                said = httpx.get(f"http://127.0.0.1:{port}/llm/scenario", timeout=5).json()
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, (tmp_path / "locust.log").read_text()
+                assert ui.poll() is None, (tmp_path / "locust.log").read_text()
+                time.sleep(0.2)
+    finally:
+        ui.terminate()
+        ui.wait(30)
+    assert said["steps"] == steps
