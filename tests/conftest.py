@@ -40,15 +40,30 @@ def live_group_members(pgid: int) -> list[int]:
     return group_members(pgid)
 
 
+CpuHog = Callable[[str], int]
+
+
 @pytest.fixture
-def cpu_hog() -> Iterator[None]:
-    """Another program keeping a core busy for the whole test, as on a shared machine."""
+def cpu_hog() -> Iterator[CpuHog]:
+    """Start another program that keeps a core busy for the rest of the test, as on a shared
+    machine: ``"server"`` on the core a simulator started by ``start_sim`` gets, ``"client"`` on
+    the client's, ``"any"`` wherever the scheduler puts it."""
     import subprocess
     import sys
 
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    hogs: list[subprocess.Popen[bytes]] = []
+
+    def start(where: str) -> int:
+        """Start one; returns its pid."""
+        split = split_cores(usable_cores(), None)
+        pin = {"server": split[0], "client": split[1]}.get(where) if split else None
+        prefix = ["taskset", "-c", ",".join(map(str, pin))] if pin else []
+        hogs.append(subprocess.Popen([*prefix, sys.executable, "-c", "while True: pass"]))
+        return hogs[-1].pid  # taskset runs the program in its own process
+
     try:
-        yield
+        yield start
     finally:
-        hog.kill()
-        hog.wait()
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

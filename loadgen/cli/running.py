@@ -111,6 +111,8 @@ def run(
 
         for path in write_capacity_plots(summary, result.run_dir):
             err().print(f"wrote {path}", markup=False, highlight=False)
+    if (verdict := self_check_line(summary)) is not None:
+        err().print(verdict, markup=False, highlight=False, soft_wrap=True)
     failed = [c for c in summary.cells if c.status == "failed"]
     reasons: dict[str, list[int]] = {}
     for c in failed:  # one line per reason, naming its cells
@@ -126,6 +128,19 @@ def run(
     if result.interrupted:
         err().print("interrupted: the run directory holds every request measured before the stop")
         raise typer.Exit(130)
+
+
+def self_check_line(summary: Any) -> str | None:
+    """One line when every measured cell's self-check found nothing: the client kept up and, where
+    they were watched, the engine's cores had no other program (a problem is its own warning)."""
+    cells = [c for c in summary.measured if c.client is not None]
+    if not cells or any(c.client.client_bound for c in cells):
+        return None
+    watched = [c.engine_cores for c in cells if c.engine_cores is not None]
+    if any(w.starved for w in watched):
+        return None
+    cores = f"; the engine's cores {','.join(map(str, watched[0].cores))} had no other program" if watched else ""
+    return f"self-check ok: the client kept up{cores}"
 
 
 def gpu_dead_end(sc: Any, scenario: Path, sets: list[str]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from loadgen.engines.engine import Echo, Engine, Setup, missing_modules, modules_installed
 from loadgen.engines.spec import EngineSpec
 from loadgen.errors import LaunchError, UsageError
+from loadgen.servers.heartbeat import Heartbeat
 from loadgen.servers.launch import LaunchSpec
 from loadgen.servers.tiny import cache_root
 
@@ -62,7 +63,8 @@ def prepare(spec: EngineSpec, launch: LaunchSpec, echo: Echo) -> None:
 
         echo(f"converting {spec.model.checkpoint} to CTranslate2's format: {out}")
         out.parent.mkdir(parents=True, exist_ok=True)
-        convert(spec.model.checkpoint, out)
+        with Heartbeat(echo, "converting to CTranslate2's format"):
+            convert(spec.model.checkpoint, out)
 
 
 def setup(echo: Echo, *, version: str = VERSION) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from loadgen.engines.engine import Echo, Engine, Setup, missing_modules, program_installed
 from loadgen.engines.spec import EngineSpec
 from loadgen.errors import LaunchError, UsageError
+from loadgen.servers.heartbeat import Heartbeat, size_text
 from loadgen.servers.launch import LaunchSpec
 from loadgen.servers.tiny import cache_root
 
@@ -167,6 +168,13 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Echo, *,
                 pre_tokenizer: str | None = None) -> Path:
     """``out``: the checkpoint as a GGUF file of ``quant`` (f16, or quantized from the f16 one)."""
@@ -181,10 +189,11 @@ def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Echo, *,
             raise LaunchError(f"converting {checkpoint} to GGUF needs {module}: pip install 'loadgen[llamacpp]'")
         echo(f"converting {checkpoint} to GGUF (f16): {f16}")
         tmp = f16.with_suffix(".part")
-        proc = subprocess.run(
-            [sys.executable, "-c", _CONVERT, str(llamacpp_home() / "src"), pre_tokenizer or "", checkpoint,
-             "--outfile", str(tmp), "--outtype", "f16"], capture_output=True, text=True,
-        )
+        with Heartbeat(echo, "converting to GGUF", lambda: f", {size_text(_size(tmp))} written"):
+            proc = subprocess.run(
+                [sys.executable, "-c", _CONVERT, str(llamacpp_home() / "src"), pre_tokenizer or "", checkpoint,
+                 "--outfile", str(tmp), "--outtype", "f16"], capture_output=True, text=True,
+            )
         if proc.returncode != 0:
             raise LaunchError(f"convert_hf_to_gguf.py could not convert {checkpoint} (status {proc.returncode})",
                               proc.stderr[-3000:])
@@ -192,8 +201,9 @@ def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Echo, *,
     if quant != "f16":
         echo(f"quantizing to {quant}: {out}")
         tmp = out.with_suffix(".part")
-        proc = subprocess.run([str(built_tool("llama-quantize")), str(f16), str(tmp), quant.upper()],
-                              capture_output=True, text=True)
+        with Heartbeat(echo, f"quantizing to {quant}", lambda: f", {size_text(_size(tmp))} written"):
+            proc = subprocess.run([str(built_tool("llama-quantize")), str(f16), str(tmp), quant.upper()],
+                                  capture_output=True, text=True)
         if proc.returncode != 0:
             raise LaunchError(f"llama-quantize could not make {quant} (status {proc.returncode})", proc.stderr[-3000:])
         tmp.replace(out)

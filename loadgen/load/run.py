@@ -16,6 +16,7 @@ from loadgen.errors import EngineUnavailable, LaunchError, OutputError, Scenario
 from loadgen.load.cell import AbortRule, Measuring, Window, calibrate, measure_window, warmup
 from loadgen.load.client import ClientConfig, StreamingClient
 from loadgen.load.connection import CLOSES_AFTER_ANSWER
+from loadgen.load.enginecores import EngineCoreSampler
 from loadgen.load.limits import connections_needed, ensure_fd_limit
 from loadgen.load.prepare import (
     Observer,
@@ -31,6 +32,7 @@ from loadgen.load.search import CellQueue, ProbeWatch, make_queues, probe_watch
 from loadgen.load.serving import (
     cell_outcome,
     describe_server,
+    engine_to_watch,
     exit_status,
     group_cells,
     launch_target,
@@ -203,6 +205,7 @@ class _Run:
         self.flags: dict[str, bool | None] = {"ignore_eos": None, "min_tokens": None}
         # (how it exited, its log, the cell it died in) of the last engine that died mid-cell
         self.engine_death: tuple[str, Path, int] | None = None
+        self.engine_watch: tuple[int, tuple[int, ...]] | None = None  # (engine pid, its cores)
 
     def summary(self) -> Summary:
         cells = [self.entries[i] for i in sorted(self.entries)]
@@ -274,6 +277,8 @@ class _Run:
         try:
             if (placed := place_client(point, url, server, self.obs.message)) is not None:
                 self.provenance.placed(placed)
+            # the engine's cores on this host, watched while each cell runs
+            self.engine_watch = engine_to_watch(url, server, placed)
             with asyncio.Runner(loop_factory=_new_loop) as runner:
                 runner.run(self._run_cells(todo, url, server, info))
         finally:
@@ -426,11 +431,15 @@ class _Run:
             self.obs.cell_started(cell, total, self.n_cells)
 
         gpu = GpuSampler(server.proc.pid, sampled) if server is not None and server.proc else None
+        watched = self.engine_watch
+        cores = EngineCoreSampler(watched[0], watched[1], sampled) if watched is not None else None
 
         async def measured_window() -> None:
             await scraper.reset_peak()
             if gpu is not None:
                 gpu.start()
+            if cores is not None:
+                cores.start()
             # the first scrape is taken before any request is sent: counters over the cell
             # are last minus first, and a request that finished before it would go uncounted
             await scraper.scrape_once(sampled)
@@ -444,6 +453,8 @@ class _Run:
                 await scraper.scrape_once(sampled)
                 if gpu is not None:
                     gpu.stop()
+                if cores is not None:
+                    cores.stop()
 
         point = cell.point
         if point.load.reset_cache == "between-cells":

@@ -236,3 +236,16 @@ def place_client(
     pin(0, client)
     message(f"cores: engine {cores_text(engine) if engine else '-'} | client {cores_text(client)}")
     return Placement(engine, client, how or "load.client_cpus")
+
+
+def engine_to_watch(base_url: str, launched: LaunchedServer | None, placed: Placement | None
+                    ) -> tuple[int, tuple[int, ...]] | None:
+    """(pid, cores) of the engine on this host whose cores are its own (pinned there, apart from
+    the client's), or None when they are not known."""
+    if placed is None or not placed.engine:
+        return None
+    if launched is not None:
+        return (launched.proc.pid, placed.engine) if launched.proc is not None else None
+    port = urlsplit(base_url).port
+    found = listener_cores(port) if port is not None and is_local(base_url) else None
+    return (found[0], placed.engine) if found is not None else None

@@ -68,6 +68,9 @@ def _cache_text(cell: CellSummary) -> str:
         parts.append(f"server prefix-cache hits {cell.server_prefix_cache_hit_rate:.1%} of prompt tokens")
     if cell.cache_reset:
         parts.append(f"cache emptied before the cell ({cell.cache_reset})")
+    if (ec := cell.engine_cores) is not None:  # the engine's cores: who used them while the cell ran
+        parts.append(f"engine cores {','.join(map(str, ec.cores))}: engine {ec.engine_share:.0%}, "
+                     f"other programs {ec.others_share:.0%}")
     if cell.engine_gap:  # the client against the engine's own histograms
         parts.append("client - engine " + ", ".join(
             f"{g.metric.upper()} {g.gap_ms:+.2f} ms" for g in cell.engine_gap if g.metric != "tpot"))

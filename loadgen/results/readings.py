@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 
 from loadgen.data import Unchecked
 
-METRICS, GPU, CLIENT = "metrics", "gpu", "client"  # the kinds, as a line's "probe" names them
+# the kinds, as a line's "probe" names them
+METRICS, GPU, CLIENT, ENGINE_CORES = "metrics", "gpu", "client", "engine_cores"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ class GpuReading:
 
 @dataclass(frozen=True, slots=True)
 class Hog:
-    """A process seen on the client's cores while it was starved."""
+    """A process seen on the client's cores while it was starved (or on an engine's cores)."""
 
     pid: int
     name: str
@@ -114,13 +115,39 @@ class ClientReading:
         )
 
 
-Reading = Scrape | GpuReading | ClientReading
-_KINDS: dict[str, type[Scrape] | type[GpuReading] | type[ClientReading]] = {
-    METRICS: Scrape, GPU: GpuReading, CLIENT: ClientReading,
+@dataclass(frozen=True, slots=True)
+class EngineCoreReading:
+    """The cores of an engine on this host over an interval: how busy they were (summed over the
+    cores), the CPU seconds of the engine's own processes, and the other processes that may have
+    run there, each with its estimated share of one core (its CPU split evenly over the cores it
+    may use)."""
+
+    wall_s: float
+    cores: tuple[int, ...]
+    busy_s: float
+    engine_s: float
+    others: tuple[Hog, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["cores"] = list(self.cores)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Unchecked) -> EngineCoreReading:
+        return cls(float(data["wall_s"]), tuple(int(c) for c in data["cores"]), float(data["busy_s"]),
+                   float(data["engine_s"]), tuple(Hog.from_dict(h) for h in data.get("others") or ()))
+
+
+Reading = Scrape | GpuReading | ClientReading | EngineCoreReading
+_KINDS: dict[str, type[Scrape] | type[GpuReading] | type[ClientReading] | type[EngineCoreReading]] = {
+    METRICS: Scrape, GPU: GpuReading, CLIENT: ClientReading, ENGINE_CORES: EngineCoreReading,
 }
 
 
 def kind_of(reading: Reading) -> str:
+    if isinstance(reading, EngineCoreReading):
+        return ENGINE_CORES
     return METRICS if isinstance(reading, Scrape) else GPU if isinstance(reading, GpuReading) else CLIENT
 
 

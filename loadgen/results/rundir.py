@@ -33,8 +33,10 @@ from loadgen.errors import OutputError, RunDirError, ScenarioError, UsageError
 from loadgen.results.capacity import capacity_of, probe_entry
 from loadgen.results.cellstatus import CellStatus, ServerInfo
 from loadgen.results.clienthealth import client_health
+from loadgen.results.enginecores import engine_cores
 from loadgen.results.enginegap import engine_gaps, gap_warnings
 from loadgen.results.files import AppendFile, remove_stale, write_file
+from loadgen.results.readings import ENGINE_CORES, EngineCoreReading
 
 __all__ = ["write_file"]  # charts and report.html are written through it too
 from loadgen.results.metrics import summarize
@@ -124,6 +126,9 @@ def cell_summary(
             "kept-alive connection before answering (llama.cpp closes after every answer); each kept the time "
             "of its first attempt, so its TTFT includes the new connection"
         )
+    cores = engine_cores([s.values for s in samples.get(ENGINE_CORES, []) if isinstance(s.values, EngineCoreReading)])
+    if cores is not None and (said := cores.warning()) is not None:
+        warnings.append(said)
     probe = None
     if cell.search is not None and point.load.search is not None:
         value = cell.concurrency if point.load.search.by == "concurrency" else cell.rate
@@ -150,6 +155,7 @@ def cell_summary(
         records_lost=status.records_lost,
         request_bounds=RequestBounds.of(point.target.timeouts, cell.output_tokens),
         engine_gap=gaps,
+        engine_cores=cores,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from loadgen.data import Labels, Unchecked
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.clienthealth import ClientHealth
+from loadgen.results.enginecores import EngineCores
 from loadgen.results.probe import CapacityAnswer, ProbeResult
 from loadgen.results.samples import GpuMemory, ServerMetrics
 from loadgen.scenario.schema import DEFAULT_TOTAL_S, PER_TOKEN_S, Timeouts, default_total_s, token_limit
@@ -276,6 +277,8 @@ class CellSummary:
     request_bounds: RequestBounds | None = None  # the default bounds every request of the cell had
     # the client's figures against the engine's own, where the engine exports latency histograms
     engine_gap: tuple[EngineGap, ...] = ()
+    # the engine's cores on this host while the cell ran (None: not known, or not watched)
+    engine_cores: EngineCores | None = None
 
     @property
     def open_loop(self) -> bool:
@@ -306,6 +309,10 @@ class CellSummary:
         out["warnings"] = list(self.warnings)
         out["request_bounds"] = None if self.request_bounds is None else self.request_bounds.to_dict()
         out["engine_gap"] = [g.to_dict() for g in self.engine_gap]
+        if self.engine_cores is not None:
+            out["engine_cores"] = self.engine_cores.to_dict()
+        else:
+            del out["engine_cores"]
         if self.probe is None:
             del out["probe"]
         else:
@@ -329,6 +336,7 @@ class CellSummary:
             probe=ProbeResult.from_dict(data.get("probe")), records_lost=int(data.get("records_lost") or 0),
             request_bounds=RequestBounds.from_dict(data.get("request_bounds")),
             engine_gap=tuple(EngineGap.from_dict(g) for g in data.get("engine_gap") or ()),
+            engine_cores=EngineCores.from_dict(data["engine_cores"]) if data.get("engine_cores") else None,
         )
 
 

@@ -89,7 +89,7 @@ def run_step(echo: Echo, argv: list[str] | tuple[str, ...], what: str, *, grows:
     def detail() -> str:
         return f", {size_text(tree_bytes(grows) - base)} written" if grows is not None else ""
 
-    with Heartbeat(echo, what, detail):
+    with Heartbeat(echo, what, detail, every_s=EVERY_S):
         proc = subprocess.run(list(argv), check=False)
     if proc.returncode != 0:
         raise LaunchError(f"{fail or what}: `{' '.join(argv)}` exited with status {proc.returncode}")
@@ -102,7 +102,7 @@ PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.IGNORE
      r"http server listening|connected$", "starting its HTTP server"),
     (r"cuda graph|capturing|compil|warming up|warmup|torch\.compile|inductor", "compiling and warming up"),
     (r"kv cache|num_gpu_blocks|cache_config|memory profiling|profil", "sizing the KV cache"),
-    (r"loading weights|load weights|loading safetensors|loading checkpoint|llama_model_load|loading model|"
+    (r"loading weights|load weights|loading safetensors|loading checkpoint|llama_model_load|load(ing)? (the )?model|"
      r"model loading|safetensors", "loading the weights"),
     (r"initializing|init engine|engine core|non-default args|starting", "initialising"),
 ))

@@ -65,3 +65,17 @@ def test_a_gpu_scenario_without_gpus_gives_one_reason_and_a_command_that_runs(tm
     row = next(line for line in out.splitlines() if line.startswith("| tiny"))
     qps = float(re.split(r"\s*\|\s*", row)[4])
     assert qps > 0
+
+
+@pytest.mark.usefixtures("vllm_cpu")
+def test_an_engine_that_dies_says_why_on_the_console(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", "serve", "tiny", "--log", str(tmp_path / "vllm.log"), "--",
+         "--no-such-engine-flag"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+    error = next(line for line in proc.stderr.splitlines() if line.startswith("error:"))
+    # the engine's own reason, from its log, on the error line itself
+    assert "exited with status" in error
+    assert "--no-such-engine-flag" in error, error

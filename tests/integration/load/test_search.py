@@ -27,7 +27,7 @@ from loadgen.report.capacity import write_capacity_plots
 from loadgen.results.records import read_records
 from loadgen.results.rundir import rebuild_summary
 from loadgen.scenario.loader import parse_scenario
-from tests.conftest import StartSim
+from tests.conftest import CpuHog, StartSim
 
 
 def search_scenario(base_url: str, search: dict[str, Any], *, prompts: int, output: int,
@@ -47,7 +47,11 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, tmp_path: Path) -> None:
+@pytest.mark.parametrize("hog", [None, "server"], ids=["quiet", "cpu-hog-on-the-server-core"])
+def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, cpu_hog: CpuHog, tmp_path: Path,
+                                               hog: str | None) -> None:
+    if hog is not None:
+        cpu_hog(hog)
     base_url = start_sim(max_seqs=24, itl_per_seq_us=500)
     slo = {"ttft_ms": {"p99": 300}, "tpot_ms": {"p99": 20.25}}
     sc = parse_scenario(search_scenario(base_url, {"by": "concurrency", "min": 1, "max": 256, "slo": slo},
@@ -62,11 +66,17 @@ def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, tmp_path: Pa
     probes = {p["value"]: p for p in cap["probes"]}
     assert [p["value"] for p in cap["probes"]] == [1, 2, 4, 8, 16, 32, 24, 20, 22, 21]
     assert len(cap["probes"]) <= 12
-    # the simulator's truth: TPOT 10 + 0.5 (C - 1) ms once every stream runs beside C - 1 others
-    assert 20.0 <= probes[21]["figures"]["tpot_ms.p99"] <= 20.2
-    assert 20.3 <= probes[22]["figures"]["tpot_ms.p99"] <= 20.6
-    assert probes[16]["figures"]["tpot_ms.p99"] == pytest.approx(17.5, abs=0.15)
-    assert probes[1]["figures"]["tpot_ms.p99"] == pytest.approx(10.0, abs=0.15)
+    # the simulator's truth: TPOT 10 + 0.5 (C - 1) ms once every stream runs beside C - 1 others,
+    # within 0.15 ms and half the simulator's own mean lateness on this machine at the time (a
+    # busy server core makes its chunks late, and a p99 of TPOT sees the latest of them)
+    sim = dict(line.split() for line in httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False)
+               .text.splitlines() if line and line[0] != "#")
+    late_ms = float(sim["loadgen_sim_chunk_lateness_seconds_sum"]) / float(sim["loadgen_sim_chunk_lateness_seconds_count"]) * 1e3
+    tol = 0.15 + 0.5 * late_ms
+    assert 20.0 <= probes[21]["figures"]["tpot_ms.p99"] <= 20.25
+    assert 20.3 <= probes[22]["figures"]["tpot_ms.p99"] <= 20.6 + tol
+    assert probes[16]["figures"]["tpot_ms.p99"] == pytest.approx(17.5, abs=tol)
+    assert probes[1]["figures"]["tpot_ms.p99"] == pytest.approx(10.0, abs=tol)
     assert all(p["figures"]["ttft_ms.p99"] < 300 for v, p in probes.items() if v <= 24)
     assert cap["answer"].startswith("max concurrency meeting the SLOs: 21; TPOT p99 binds at 22 (20.")
     # a closed loop of 21 streams each 50 + 31 x 20 ms long serves 21 / 0.67 = 31.3 requests/s

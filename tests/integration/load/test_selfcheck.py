@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from loadgen.results.records import read_records
-from tests.conftest import StartSim
+from tests.conftest import CpuHog, StartSim
 from tests.integration.load.test_workers import run, scenario
 
 
@@ -43,6 +43,30 @@ def test_a_light_run_is_not_flagged(start_sim: StartSim, tmp_path: Path) -> None
     assert client["verdict"] == "ok"
     assert client["reads"] >= 6 * 24  # at least one read per token chunk
     assert "client-bound" not in stderr
+    # the simulator's core, which the client found it pinned to, had no other program
+    cores = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]["engine_cores"]
+    assert cores["starved"] is False
+    assert cores["others_share"] < 0.1
+    assert "the engine was starved" not in stderr
+    assert f"self-check ok: the client kept up; the engine's cores {','.join(map(str, cores['cores']))} had no other program" in stderr
+
+
+def test_a_busy_process_on_the_engines_core_is_named(start_sim: StartSim, cpu_hog: CpuHog, tmp_path: Path) -> None:
+    """A process spinning on the simulator's core: the engine was starved, and the cell says by whom."""
+    base_url = start_sim(ttft_ms=20, itl_ms=5)
+    hog = cpu_hog("server")
+    body = scenario(base_url, 1, concurrency=2)
+    body["workload"].update(num_prompts=30, output_tokens=24)
+    run_dir, stderr = run(tmp_path, "engine-hogged", body)
+    cell = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]
+    cores = cell["engine_cores"]
+    assert cores["starved"] is True
+    assert cores["others_share"] > 0.5  # the spinning process takes most of a core beside a light engine
+    assert hog in [h["pid"] for h in cores["others"]]
+    assert "the engine was starved: other programs took" in stderr
+    assert f"(pid {hog})" in stderr
+    assert "self-check ok" not in stderr
+    assert any(f"(pid {hog})" in w for w in cell["warnings"])
 
 
 def test_a_client_sharing_its_core_with_a_busy_process_is_starved_and_names_it(
