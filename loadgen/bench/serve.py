@@ -27,6 +27,7 @@ from loadgen.results.vllm_result import VllmResult, result_text, vllm_result
 from loadgen.scenario.loader import parse_scenario, resolve_files
 from loadgen.scenario.redact import dump_scenario, header_variables
 from loadgen.scenario.schema import Scenario, redact_url
+from loadgen.workload.prompts import needs_calibration
 
 
 def result_filename(b: BenchArgs, model: str, stamp: str) -> Path:
@@ -83,6 +84,18 @@ def first_gap(sc: Scenario, seed: int | None) -> float:
     return vllm_offsets(n, rate, arrivals)[0]
 
 
+def differences(sc: Scenario) -> list[str]:
+    """Where the requests loadgen sends differ from vllm bench serve's, said before the run."""
+    out = []
+    if sc.target.continuous_usage_stats:
+        out.append("each request also asks for continuous_usage_stats (the exact tokens of every chunk, where the "
+                   "server sends them); vllm bench serve does not")
+    if needs_calibration(sc):
+        out.append("2 requests of 1 output token go first to measure the chat template and tokens per word, so "
+                   "that text prompts have the exact input length (the server counts them; the result does not)")
+    return out
+
+
 def wait_ready(base_url: str, timeout_s: int, verify: bool, message: Callable[[str], None]) -> None:
     """vLLM's --ready-check-timeout-sec: ask ``GET {base_url}/models`` every 2 s until the
     server answers 200, for at most ``timeout_s`` seconds, saying every 10 s what it waits for."""
@@ -136,6 +149,8 @@ def bench_serve(
         message("seed 0 is vllm bench serve's default: the same prompts as every run without --seed "
                 "(give --seed N for others)")
     sc = scenario_of(b)
+    for line in differences(sc):
+        message(line)
     if b.ns.ready_check_timeout_sec > 0:
         wait_ready(b.base_url, b.ns.ready_check_timeout_sec, sc.target.verify_tls, message)
     if b.ns.save_scenario:

@@ -97,3 +97,14 @@ def remove_stale(run_dir: Path) -> None:
     for tmp in run_dir.glob("*" + TMP):
         if tmp.is_symlink() or tmp.is_file():
             tmp.unlink(missing_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this id runs (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -35,7 +35,7 @@ from loadgen.results.cellstatus import CellStatus, ServerInfo
 from loadgen.results.clienthealth import client_health
 from loadgen.results.enginecores import engine_cores
 from loadgen.results.enginegap import engine_gaps, gap_warnings
-from loadgen.results.files import AppendFile, remove_stale, write_file
+from loadgen.results.files import AppendFile, pid_alive, remove_stale, write_file
 from loadgen.results.readings import ENGINE_CORES, EngineCoreReading
 
 __all__ = ["write_file"]  # charts and report.html are written through it too
@@ -264,7 +264,7 @@ def claim(run_dir: Path) -> Path:
                 pid = int(lock.read_text().strip() or "0")
             except (OSError, ValueError):
                 pid = 0
-            if pid > 0 and pid != os.getpid() and _alive(pid):
+            if pid > 0 and pid != os.getpid() and pid_alive(pid):
                 raise UsageError(
                     f"{run_dir}: another run (pid {pid}) is writing this directory; choose another --out, "
                     "or wait for it to end"
@@ -279,15 +279,6 @@ def claim(run_dir: Path) -> Path:
         return lock
     raise UsageError(f"{run_dir}: could not claim the run directory ({LOCK} keeps reappearing)")
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class CellStatusLog:

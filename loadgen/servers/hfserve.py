@@ -366,7 +366,7 @@ class TransformersApp(OpenAIApp):
         while True:
             kind, payload = await events.get()
             if kind == "error":
-                await respond(send, 500, error(payload, "InternalServerError"))
+                await respond(send, 500, error(payload, "InternalServerError", 500))
                 return
             delta, n_out, finish = payload
             parts.append(delta)
@@ -395,7 +395,7 @@ class TransformersApp(OpenAIApp):
         while True:
             kind, payload = await events.get()
             if kind == "error":
-                await send_event(send, error(payload, "InternalServerError"))
+                await send_event(send, error(payload, "InternalServerError", 500))
                 await end_stream(send)
                 return
             delta, n_out, finish = payload

@@ -18,6 +18,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from loadgen.results.files import pid_alive
+
 SCRATCH_PREFIX = "loadgen-engine-"
 SHM = Path("/dev/shm")
 
@@ -37,16 +39,6 @@ def scratch_env(scratch: Path) -> dict[str, str]:
     return env
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale() -> list[Path]:
     """Remove the engine directories whose loadgen is gone (it was killed before it could)."""
     removed = []
@@ -54,7 +46,7 @@ def sweep_stale() -> list[Path]:
     with contextlib.suppress(OSError):
         for path in root.glob(f"{SCRATCH_PREFIX}*"):
             owner = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
-            if owner.isdigit() and not _alive(int(owner)) and path.is_dir() and not path.is_symlink():
+            if owner.isdigit() and not pid_alive(int(owner)) and path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
     return removed

@@ -46,15 +46,8 @@ from loadgen.data import RequestBody
 from loadgen.scenario.serve import SimOptions
 from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
 from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
-from loadgen.servers.openai.protocol import (
-    StreamOptions,
-    error,
-    max_tokens_of,
-    object_name,
-    request_body,
-    usage,
-    whole_answer,
-)
+from loadgen.servers.openai.protocol import StreamOptions, object_name, request_body, usage, whole_answer
+from loadgen.servers.openai.rules import Ask, RequestRefused, ask_of, error_body, request_id, stop_at
 from loadgen.workload.words import WORDS
 
 # at or below this many running requests, the last SPIN_S before a deadline is spent yielding
@@ -225,7 +218,7 @@ class SimApp(OpenAIApp):
         key = self.api_key
         if key is not None and (b"authorization", b"Bearer " + key.encode()) not in scope["headers"]:
             await read_body(receive)
-            await respond(send, 401, error("invalid or missing API key", "AuthenticationError"))
+            await respond(send, 401, error_body("invalid or missing API key", "AuthenticationError", 401))
             return
         await self._generate(receive, send, arrival, chat=chat)
 
@@ -276,7 +269,8 @@ class SimApp(OpenAIApp):
         if fault in ("http_429", "http_500", "http_503"):
             status = int(fault[5:])
             headers = [(b"retry-after", str(cfg.retry_after_s).encode())] if status != 500 else []
-            await respond(send, status, error(f"injected fault {fault}", "ServerError"), extra_headers=headers)
+            await respond(send, status, error_body(f"injected fault {fault}", "ServerError", status),
+                          extra_headers=headers)
             return
         if fault == "reset":
             _reset(send)
@@ -287,12 +281,12 @@ class SimApp(OpenAIApp):
                 if name in body:
                     raise ValueError(f"Unrecognized request argument supplied: {name}")
             tokens = tokenize_prompt(body, chat)
-            max_tokens = max_tokens_of(body)
-        except (ValueError, TypeError) as exc:
-            await respond(send, 400, error(str(exc)))
+            ask = ask_of(body, chat=chat, served=cfg.model, prompt_tokens=len(tokens), max_model_len=cfg.max_model_len)
+        except RequestRefused as exc:
+            await respond(send, exc.code, exc.body())
             return
-        if len(tokens) + max_tokens > self.config.max_model_len:
-            await respond(send, 400, error("prompt + max_tokens exceeds max_model_len"))
+        except (ValueError, TypeError) as exc:
+            await respond(send, 400, error_body(str(exc)))
             return
         prompt_tokens = len(tokens)
         admitted, others = await self._admit(arrival)
@@ -311,10 +305,12 @@ class SimApp(OpenAIApp):
             )
             try:
                 if body.get("stream"):
-                    if await self._stream(send, body, timing, chat, prompt_tokens, max_tokens, fault, cached):
+                    if await self._stream(send, body, timing, chat, prompt_tokens, ask, fault, cached):
                         self.stats.requests_completed += 1
                 else:
-                    await self._whole(send, timing, chat, prompt_tokens, max_tokens)
+                    prompt = body.get("prompt")
+                    await self._whole(send, timing, chat, prompt_tokens, ask, cached,
+                                      prompt if isinstance(prompt, str) else "")
                     self.stats.requests_completed += 1
             finally:
                 self.stats.requests_running -= 1
@@ -324,13 +320,18 @@ class SimApp(OpenAIApp):
             else:
                 self._release()
 
-    async def _whole(self, send: Any, timing: _Timing, chat: bool, prompt_tokens: int, max_tokens: int) -> None:
-        await self._sleep_until(timing.start + (max_tokens - 1) * timing.itl)
-        text = "".join(" " + WORDS[i % len(WORDS)] for i in range(max_tokens))
-        self.stats.generation_tokens_total += max_tokens
+    async def _whole(self, send: Any, timing: _Timing, chat: bool, prompt_tokens: int, ask: Ask, cached: int,
+                     prompt: str) -> None:
+        words = [" " + WORDS[i % len(WORDS)] for i in range(ask.max_tokens)]
+        stopped = stop_at(words, ask.stop)
+        count, text = stopped if stopped is not None else (ask.max_tokens, "".join(words))
+        await self._sleep_until(timing.start + (count - 1) * timing.itl)
+        self.stats.generation_tokens_total += count * ask.n
         await respond(send, 200, whole_answer(
-            chat=chat, id_="cmpl-sim", created=self._created, model=self.config.model, text=text, finish="length",
-            prompt_tokens=prompt_tokens, completion_tokens=max_tokens,
+            chat=chat, id_=request_id(chat), created=self._created, model=self.config.model,
+            text=(prompt + text) if ask.echo else text, words=words[:count], ask=ask,
+            finish="stop" if stopped is not None else "length", prompt_tokens=prompt_tokens,
+            completion_tokens=count, cached=cached,
         ))
 
     async def _stream(
@@ -340,26 +341,32 @@ class SimApp(OpenAIApp):
         timing: _Timing,
         chat: bool,
         prompt_tokens: int,
-        max_tokens: int,
+        ask: Ask,
         fault: str | None = None,
         cached: int = 0,
     ) -> bool:
         """Stream the tokens; False when a fault cut the stream short."""
         cfg = self.config
-        half = max(1, max_tokens // 2)  # where mid-stream faults strike: after this many tokens
         options = StreamOptions.of(body)
         include_usage, continuous = options.include_usage, options.continuous
         obj = object_name(chat, streamed=True)
+        max_tokens, choices = ask.max_tokens, range(ask.n)
+        words = [" " + WORDS[i % len(WORDS)] for i in range(max_tokens)] if ask.stop else []
+        stopped = stop_at(words, ask.stop)
+        if stopped is not None:  # the stream ends with the token that completed a stop string, which is not sent
+            max_tokens = stopped[0]
+        half = max(1, max_tokens // 2)  # where mid-stream faults strike: after this many tokens
         # chunks are written as bytes from a template: the simulator's hot path, kept cheap so
         # that its own lateness stays far below what it simulates
         head = (
-            f'{{"id":"cmpl-sim","object":"{obj}","created":{self._created},'
+            f'{{"id":"{request_id(chat)}","object":"{obj}","created":{self._created},'
             f'"model":"{cfg.model}","choices":['
         ).encode()
         await start_stream(send)
         if chat:  # like vLLM: a role-only delta first, which carries no token
-            role = b'{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}'
-            await send_event(send, head + role + b"]}")
+            for c in choices:
+                role = b'{"index":%d,"delta":{"role":"assistant","content":""},"finish_reason":null}' % c
+                await send_event(send, head + role + b"]}")
         step = cfg.tokens_per_chunk
         thinking = cfg.reasoning_tokens  # chunks ending at or before this token are thinking
         shift = 0.0
@@ -384,30 +391,34 @@ class SimApp(OpenAIApp):
             if _hung_up(send):
                 self.stats.requests_aborted += 1
                 return False
-            text = "".join(" " + WORDS[i % len(WORDS)] for i in range(start, end))
-            finish = b'"length"' if end == max_tokens else b"null"
-            if chat:
-                field = b"reasoning_content" if end <= thinking else b"content"
-                choice = b'{"index":0,"delta":{"' + field + b'":"' + text.encode() + b'"},"finish_reason":'
+            if stopped is not None and end == max_tokens:
+                text = stopped[1][len("".join(words[:start])):]  # the text before the stop string
             else:
-                choice = b'{"index":0,"text":"' + text.encode() + b'","logprobs":null,"finish_reason":'
+                text = "".join(" " + WORDS[i % len(WORDS)] for i in range(start, end))
+            finish = b"null" if end < max_tokens else b'"stop"' if stopped is not None else b'"length"'
             tail = b"]}"
             if continuous:
-                tail = b'],"usage":' + orjson.dumps(usage(prompt_tokens, end)) + b"}"
+                tail = b'],"usage":' + orjson.dumps(usage(prompt_tokens, end * ask.n)) + b"}"
             late = time.perf_counter() - deadline
-            if fault == "missing_prefix":
-                await send({"type": "http.response.body", "body": head + choice + finish + b"}" + tail + b"\n\n",
-                            "more_body": True})
-            else:
-                await send_event(send, head + choice + finish + b"}" + tail)
+            for c in choices:
+                if chat:
+                    field = b"reasoning_content" if end <= thinking else b"content"
+                    choice = b'{"index":%d,"delta":{"' % c + field + b'":"' + text.encode() + b'"},"finish_reason":'
+                else:
+                    choice = b'{"index":%d,"text":"' % c + text.encode() + b'","logprobs":null,"finish_reason":'
+                if fault == "missing_prefix":
+                    await send({"type": "http.response.body", "body": head + choice + finish + b"}" + tail + b"\n\n",
+                                "more_body": True})
+                else:
+                    await send_event(send, head + choice + finish + b"}" + tail)
             st = self.stats
-            st.generation_tokens_total += end - start
+            st.generation_tokens_total += (end - start) * ask.n
             st.chunks_timed += 1
             st.chunk_lateness_sum_s += late
             st.chunk_lateness_max_s = max(st.chunk_lateness_max_s, late)
             st.chunk_lateness_min_s = late if st.chunks_timed == 1 else min(st.chunk_lateness_min_s, late)
         if include_usage:
-            claimed = {"usage_mismatch": max_tokens + 1, "usage_huge": 10**9}.get(fault or "", max_tokens)
+            claimed = {"usage_mismatch": max_tokens + 1, "usage_huge": 10**9}.get(fault or "", max_tokens * ask.n)
             totals = orjson.dumps({**usage(prompt_tokens, claimed), "prompt_tokens_details": {"cached_tokens": cached}})
             await send_event(send, head + b'],"usage":' + totals + b"}")
         if fault == "no_done":

@@ -84,4 +84,4 @@ class OpenAIApp:
         elif (handler := self.routes().get((method, path))) is not None:
             await handler(receive, send)
         else:
-            await respond(send, 404, error(f"no route {method} {path}", self.not_found))
+            await respond(send, 404, error(f"no route {method} {path}", self.not_found, 404))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import orjson
 
 from loadgen.data import RequestBody
+from loadgen.servers.openai.rules import Ask, error_body
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
@@ -22,8 +23,9 @@ def models_list(name: str, created: int, max_model_len: int) -> bytes:
     }]})
 
 
-def error(message: str, kind: str = "BadRequestError") -> bytes:
-    return orjson.dumps({"object": "error", "message": message, "type": kind})
+def error(message: str, kind: str = "BadRequestError", code: int = 400) -> bytes:
+    """An error body as vLLM writes it (``{"error": {message, type, param, code}}``)."""
+    return error_body(message, kind, code)
 
 
 def request_body(raw: bytes) -> RequestBody:
@@ -67,15 +69,34 @@ def object_name(chat: bool, streamed: bool) -> str:
 
 def whole_answer(
     *, chat: bool, id_: str, created: int, model: str, text: str, finish: str | None, prompt_tokens: int,
-    completion_tokens: int,
+    completion_tokens: int, words: list[str] | None = None, ask: Ask | None = None, cached: int | None = None,
 ) -> bytes:
-    """A non-streamed answer: one choice holding the whole text, and its usage."""
-    choice: dict[str, object] = {"index": 0, "finish_reason": finish}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": text}
-    else:
-        choice |= {"text": text, "logprobs": None}
+    """A non-streamed answer: ``ask.n`` choices holding the whole text (with log-probabilities of
+    ``words`` when asked), and the usage of them all."""
+    n = ask.n if ask is not None else 1
+    logprobs = ask.logprobs if ask is not None else None
+    choices = []
+    for index in range(n):
+        choice: dict[str, object] = {"index": index, "finish_reason": finish}
+        if finish == "stop" and ask is not None and ask.stop:
+            choice["stop_reason"] = next((s for s in ask.stop if s), None)
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+            choice["logprobs"] = None if logprobs is None else {"content": [
+                {"token": w, "logprob": -1.0, "bytes": list(w.encode()),
+                 "top_logprobs": [{"token": w, "logprob": -1.0, "bytes": list(w.encode())}][:logprobs]}
+                for w in words or ()]}
+        else:
+            choice["text"] = text
+            choice["logprobs"] = None if logprobs is None else {
+                "text_offset": [sum(len(x) for x in (words or [])[:i]) for i in range(len(words or []))],
+                "token_logprobs": [-1.0 for _ in words or ()], "tokens": list(words or ()),
+                "top_logprobs": [{w: -1.0} if logprobs else {} for w in words or ()],
+            }
+        choices.append(choice)
+    total = usage(prompt_tokens, completion_tokens * n)
     return orjson.dumps({
         "id": id_, "object": object_name(chat, streamed=False), "created": created, "model": model,
-        "choices": [choice], "usage": usage(prompt_tokens, completion_tokens),
+        "choices": choices,
+        "usage": {**total, "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}},
     })

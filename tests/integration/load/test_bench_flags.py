@@ -138,6 +138,9 @@ def test_without_save_result_nothing_is_written_and_queueing_is_printed(start_si
     assert list(cwd.iterdir()) == []
     assert list(scratch.iterdir()) == []  # the scratch run directory is gone too  # as vLLM: no result file, no run directory
     assert "no run directory kept" in proc.stderr
+    # where its requests differ from vllm bench serve's, said before the run
+    assert "each request also asks for continuous_usage_stats" in proc.stderr
+    assert "2 requests of 1 output token go first" in proc.stderr
     out = proc.stdout
     assert "Request rate configured (RPS):           100.00" in out
     assert "Maximum request concurrency:             2" in out

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,7 +105,9 @@ def test_piped_markdown_is_never_wrapped(url_run: Path) -> None:
     lines = done.stdout.splitlines()
     figures = [line for line in lines if line.startswith("completed ")]
     assert len(figures) == 4
-    assert all("goodput" in line and line.rstrip().endswith("prompt tokens") for line in figures)
+    # each cell's line whole: its last part (the engine's cores, watched on this host) on it
+    assert all("goodput" in line and "prompt tokens" in line for line in figures)
+    assert all(re.search(r"engine cores [\d,]+: engine \d+%, other programs \d+%$", line.rstrip()) for line in figures)
     assert all(line.rstrip().endswith("|") for line in lines if line.startswith("|"))
     assert "closed loop of 3" in done.stdout
     assert "all at once" not in done.stdout

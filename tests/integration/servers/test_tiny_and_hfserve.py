@@ -90,7 +90,7 @@ def test_whole_chat_response_and_min_tokens(engine: str) -> None:
 def test_bad_requests_are_400_and_the_engine_lives_on(engine: str) -> None:
     too_long = httpx.post(engine + "/completions", timeout=60, json={"prompt": [1000] * 4000, "max_tokens": 200})
     assert too_long.status_code == 400
-    assert "exceeds max_model_len 4096" in too_long.json()["message"]
+    assert "exceeds max_model_len 4096" in too_long.json()["error"]["message"]  # vLLM's error body
     bad_id = httpx.post(engine + "/completions", timeout=60, json={"prompt": [VOCAB_SIZE], "max_tokens": 2})
     assert bad_id.status_code == 400
     assert httpx.get(engine.removesuffix("/v1") + "/health").status_code == 200

@@ -1,0 +1,131 @@
+"""The simulator answers as vLLM does, checked through OpenAI's SDK against both: the same
+assertions run against ``loadgen sim`` and vLLM's CPU build serving the tiny model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from loadgen.engines.vllm import vllm_cpu_python
+from tests.conftest import StartSim
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    if not Path(vllm_cpu_python()).exists():
+        pytest.skip("vLLM's CPU build is not installed (loadgen setup vllm-cpu)")
+    from loadgen.servers.launch import free_port
+
+    port = free_port("127.0.0.1")
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "serve", "tiny", "--port", str(port), "--log", str(log)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert f"127.0.0.1:{port}" in line, log.read_text()[-3000:]
+    try:
+        yield f"http://127.0.0.1:{port}/v1", "tiny"
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        proc.stdout.close()
+
+
+@pytest.fixture(params=["sim", "vllm"])
+def server(request: pytest.FixtureRequest, start_sim: StartSim) -> tuple[openai.OpenAI, str]:
+    if request.param == "sim":
+        url, model = start_sim(ttft_ms=1, itl_ms=1), "loadgen-sim"
+    else:
+        url, model = request.getfixturevalue("vllm_server")
+    return openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=120), model
+
+
+def test_an_unknown_model_is_404_not_found(server: tuple[openai.OpenAI, str]) -> None:
+    client, _ = server
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.completions.create(model="no-such-model", prompt="hello there", max_tokens=2)
+    assert caught.value.status_code == 404
+    assert "no-such-model" in caught.value.message
+    assert caught.value.body["type"] == "NotFoundError"  # type: ignore[index]
+
+
+def test_max_tokens_zero_is_400_naming_it(server: tuple[openai.OpenAI, str]) -> None:
+    client, model = server
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=model, prompt="hello there", max_tokens=0)
+    assert caught.value.status_code == 400
+    assert "max_tokens" in caught.value.message
+    assert caught.value.code == 400 or caught.value.code == "400"
+
+
+def test_ids_are_unique_and_usage_has_prompt_details(server: tuple[openai.OpenAI, str]) -> None:
+    client, model = server
+    answers = [client.completions.create(model=model, prompt="hello there", max_tokens=2) for _ in range(3)]
+    assert len({a.id for a in answers}) == 3
+    assert all(a.id.startswith("cmpl-") for a in answers)
+    chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert chat.id.startswith("chatcmpl-")
+    assert chat.usage is not None
+    assert chat.usage.completion_tokens == 2
+
+
+def test_n_choices_and_their_usage(server: tuple[openai.OpenAI, str]) -> None:
+    client, model = server
+    answer = client.completions.create(model=model, prompt="hello there", max_tokens=3, n=2, extra_body={
+        "ignore_eos": True})
+    assert sorted(c.index for c in answer.choices) == [0, 1]
+    assert answer.usage is not None
+    assert answer.usage.completion_tokens == 6
+    streamed = client.completions.create(model=model, prompt="hello there", max_tokens=3, n=2, stream=True,
+                                         extra_body={"ignore_eos": True})
+    assert {c.index for chunk in streamed for c in chunk.choices} == {0, 1}
+
+
+def test_a_stop_string_ends_the_answer_before_it(server: tuple[openai.OpenAI, str]) -> None:
+    client, model = server
+    full = client.completions.create(model=model, prompt="hello there", max_tokens=12, temperature=0,
+                                     extra_body={"ignore_eos": True}).choices[0].text
+    stop = next(ch for ch in full[2:] if ch.strip())  # a character the answer holds after its start
+    cut = client.completions.create(model=model, prompt="hello there", max_tokens=12, temperature=0, stop=[stop],
+                                    extra_body={"ignore_eos": True}).choices[0]
+    assert cut.finish_reason == "stop"
+    assert stop not in cut.text
+    assert full.startswith(cut.text)
+
+
+def test_echo_and_logprobs(server: tuple[openai.OpenAI, str]) -> None:
+    client, model = server
+    echoed = client.completions.create(model=model, prompt="hello there", max_tokens=2, echo=True,
+                                       extra_body={"ignore_eos": True})
+    assert echoed.choices[0].text.startswith("hello there")
+    with_logprobs = client.completions.create(model=model, prompt="hello there", max_tokens=2, logprobs=1,
+                                              extra_body={"ignore_eos": True})
+    lp = with_logprobs.choices[0].logprobs
+    assert lp is not None
+    assert lp.tokens is not None
+    assert len(lp.tokens) == 2
+    assert lp.token_logprobs is not None
+    assert len(lp.token_logprobs) == 2
+
+
+def test_chat_without_a_length_runs_past_sixteen_tokens(server: tuple[openai.OpenAI, str]) -> None:
+    client, model = server
+    # no max_tokens: vLLM generates to the context's end (bounded here by a short stream read)
+    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], stream=True,
+                                            extra_body={"ignore_eos": True})
+    seen, t0 = 0, time.monotonic()
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            seen += 1
+        if seen > 40 or time.monotonic() - t0 > 60:
+            break
+    stream.close()
+    assert seen > 40
