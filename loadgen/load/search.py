@@ -23,6 +23,7 @@ from loadgen.results.capacity import (
     QUEUE,
     bound_of,
     broken,
+    first_wave,
     next_value,
     objective_key,
     objective_label,
@@ -142,9 +143,14 @@ class ProbeWatch:
     QUEUE_SCRAPES = 4  # the queue grew at each of the last 3 intervals between these scrapes
     QUEUE_MIN = 4
 
-    def __init__(self, search: Search, planned: int | None, open_loop: bool, stop: Callable[[], None]) -> None:
+    def __init__(self, search: Search, planned: int | None, open_loop: bool, stop: Callable[[], None],
+                 wave: int = 0) -> None:
         self.slo = search.slo
         self.enabled = search.early_stop
+        # a closed loop's first wave is left out of the verdict (where as many again follow): of it too
+        self.wave = wave if planned is not None and planned >= 2 * wave else 0
+        if planned is not None:
+            planned -= self.wave
         self.planned, self.open_loop, self._stop = planned, open_loop, stop
         self.stopped: EarlyStop | None = None
         self.records: list[RequestRecord] = []
@@ -159,6 +165,8 @@ class ProbeWatch:
 
     def add(self, r: RequestRecord) -> None:
         if not self.enabled or self.stopped is not None or r.warmup or r.error == "cancelled":
+            return
+        if r.request_id < self.wave:
             return
         self.ended += 1
         ok = r.ok and r.first_token_at is not None and r.sent_at is not None
@@ -235,7 +243,7 @@ def probe_watch(cell: Cell, stop: Callable[[], None]) -> ProbeWatch | None:
     w = point.workload
     # every request the probe plans, when it is a number of them (not a duration)
     planned = None if point.load.duration_s else w.num_prompts * (w.multi_turn.turns if w.multi_turn else 1)
-    return ProbeWatch(point.load.search, planned, cell.rate is not None, stop)
+    return ProbeWatch(point.load.search, planned, cell.rate is not None, stop, first_wave(cell))
 
 
 def _request_values(r: RequestRecord) -> dict[str, float]:

@@ -89,6 +89,8 @@ def answer_lines(summary: Summary) -> list[str]:
         if len(summary.capacity) > 1:
             prefix = ", ".join(f"{k}={v}" for k, v in cap.labels.items()) + ": "
         lines.append(prefix + cap.answer)
+        if cap.margin:
+            lines.append(prefix + cap.margin)
     return lines
 
 
@@ -126,6 +128,9 @@ def capacity_table(summary: Summary) -> Table:
         ))
     slos = {slo_text(cap.slo) for cap in summary.capacity}
     notes = tuple(f"SLOs: {s}" for s in sorted(slos))
+    if any(c.probe is not None and c.probe.ramp_left_out for c in summary.cells):
+        notes += ("each probe is judged after its first wave: the first C requests of a closed loop of C, sent at "
+                  "once and prefilled together, are left out where at least as many again follow",)
     return Table(headers, tuple(rows), group_columns=2, key_columns=5 + len(axes),
                  title=f"- {summary.scenario}: capacity",
                  footnotes=notes)

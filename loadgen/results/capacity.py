@@ -18,6 +18,7 @@ from loadgen.results.metrics import itl_values
 from loadgen.results.probe import CapacityAnswer, ProbeResult, ProbeRow
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
+from loadgen.scenario.matrix import Cell
 from loadgen.scenario.shapes import SLO_METRICS, Search, SearchSlo, stat_quantile
 
 ERROR_RATE = "error_rate"
@@ -116,13 +117,36 @@ def goodput_count(records: Sequence[RequestRecord], slo: SearchSlo) -> int:
     return sum(1 for r in records if not r.warmup and r.ok and r.meets(limits))
 
 
+def first_wave(cell: Cell) -> int:
+    """The first wave of a concurrency search's probe: its concurrency (0 for anything else)."""
+    point = cell.point
+    search = point.load.search
+    if (search is None or search.by != "concurrency" or cell.rate is not None or cell.concurrency is None
+            or point.workload.multi_turn is not None):
+        return 0
+    return int(cell.concurrency)
+
+
+def after_first_wave(records: Sequence[RequestRecord], wave: int) -> tuple[list[RequestRecord], int]:
+    """The requests a closed loop's verdict is judged on, and how many were left out: its first
+    ``wave`` requests (sent at once, every prompt prefilled together: a burst the loop never
+    sees again) are not, where at least as many again follow."""
+    measured = [r for r in records if not r.warmup]
+    if wave <= 0 or len(measured) < 2 * wave:
+        return measured, 0
+    kept = [r for r in measured if r.request_id >= wave]
+    return kept, len(measured) - len(kept)
+
+
 def probe_entry(
     search: int, search_spec: Search, value: float, records: Sequence[RequestRecord], status: str,
-    stopped_early: EarlyStop | None, duration_s: float | None,
+    stopped_early: EarlyStop | None, duration_s: float | None, wave: int = 0,
 ) -> ProbeResult:
-    """``summary.json: cells[].probe``: what the probe measured against the objectives."""
+    """``summary.json: cells[].probe``: what the probe measured against the objectives (over
+    the requests after a closed loop's first ``wave``)."""
     slo = search_spec.slo
-    figures = slo_figures(records, slo)
+    judged, left_out = after_first_wave(records, wave)
+    figures = slo_figures(judged, slo)
     broke = broken(figures, slo)
     if stopped_early is not None and stopped_early.objective not in broke:
         broke.append(stopped_early.objective)
@@ -130,7 +154,7 @@ def probe_entry(
     return ProbeResult(
         search=search, by=search_spec.by, value=value, figures=figures, broken=tuple(broke),
         meets_slo=status == "done" and not broke and stopped_early is None, stopped_early=stopped_early,
-        goodput=good / duration_s if duration_s else None,
+        goodput=good / duration_s if duration_s else None, ramp_left_out=left_out,
     )
 
 
@@ -228,6 +252,7 @@ def capacity_of(index: int, spec: Search, labels: Labels, probes: Sequence[CellS
         answer = f"max {word} meeting the SLOs: {_load_text(word, lo)}; {binds}"
     if results and not complete:
         answer = f"search unfinished ({len(results)} probes): " + answer
+    margin = margin_of(spec, lo, best[1] if best is not None else None)
     return CapacityAnswer(
         search=index, labels=labels, by=word, min=spec.min, max=spec.max,
         slo=spec.slo.model_dump(exclude_none=True, exclude_defaults=True),
@@ -245,4 +270,28 @@ def capacity_of(index: int, spec: Search, labels: Labels, probes: Sequence[CellS
             )
             for p, r in done
         ),
+        margin=margin,
     )
+
+
+# an answer whose probe came this close to an objective is said to be near it: measured again,
+# the search may well answer one step lower
+NEAR = 0.95
+
+
+def margin_of(spec: Search, value: float | None, result: ProbeResult | None) -> str:
+    """How close the answer's probe came to its tightest objective, in words."""
+    if value is None or result is None:
+        return ""
+    shares = []
+    for key, figure in result.figures.items():
+        bound = bound_of(key, spec.slo)
+        if figure is not None and bound:
+            shares.append((figure / bound, key, figure, bound))
+    if not shares:
+        return ""
+    share, key, figure, bound = max(shares)
+    shown = f"{figure:.1%} of {bound:.1%}" if key == ERROR_RATE else f"{figure:.2f} ms against {bound:g} ms"
+    text = (f"margin at {_load_text(spec.by, value)}: {objective_label(key)} {shown} ({share:.0%} of its bound"
+            + (f", within {1 - NEAR:.0%}: measured again, the answer may be one step lower)" if share >= NEAR else ")"))
+    return text

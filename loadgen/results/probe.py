@@ -32,6 +32,8 @@ class ProbeResult:
     meets_slo: bool
     stopped_early: EarlyStop | None
     goodput: float | None  # requests/s meeting every per-request bound
+    # the first wave of a closed loop (its first C requests, sent at once) left out of the figures
+    ramp_left_out: int = 0
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -46,7 +48,7 @@ class ProbeResult:
             search=int(data["search"]), by=str(data.get("by", "concurrency")), value=float(data["value"]),
             figures=dict(data.get("figures") or {}), broken=tuple(data.get("broken") or ()),
             meets_slo=bool(data.get("meets_slo")), stopped_early=_early(data.get("stopped_early")),
-            goodput=data.get("goodput"),
+            goodput=data.get("goodput"), ramp_left_out=int(data.get("ramp_left_out") or 0),
         )
 
 
@@ -97,6 +99,8 @@ class CapacityAnswer:
     output_throughput: float | None
     answer: str  # in words
     probes: tuple[ProbeRow, ...]
+    # how close the answer's probe came to its tightest objective, in words ("" without an answer)
+    margin: str = ""
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -113,4 +117,5 @@ class CapacityAnswer:
             binds_at=data.get("binds_at"), complete=bool(data.get("complete")), goodput=data.get("goodput"),
             request_throughput=data.get("request_throughput"), output_throughput=data.get("output_throughput"),
             answer=str(data.get("answer", "")), probes=tuple(ProbeRow.from_dict(p) for p in data.get("probes") or ()),
+            margin=str(data.get("margin") or ""),
         )

@@ -30,7 +30,7 @@ import yaml
 
 from loadgen.data import Unchecked
 from loadgen.errors import OutputError, RunDirError, ScenarioError, UsageError
-from loadgen.results.capacity import capacity_of, probe_entry
+from loadgen.results.capacity import capacity_of, first_wave, probe_entry
 from loadgen.results.cellstatus import CellStatus, ServerInfo
 from loadgen.results.clienthealth import client_health
 from loadgen.results.enginecores import engine_cores
@@ -135,7 +135,7 @@ def cell_summary(
         assert value is not None
         probe = probe_entry(
             cell.search, point.load.search, float(value), [r for r in records if not r.warmup],
-            status.status, status.stopped_early, metrics.duration_s if metrics else None,
+            status.status, status.stopped_early, metrics.duration_s if metrics else None, first_wave(cell),
         )
     return CellSummary(
         cell=cell.index,

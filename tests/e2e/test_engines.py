@@ -122,16 +122,26 @@ def test_sigint_while_the_engine_starts_stops_it(tmp_path: Path) -> None:
 
 
 def test_broken_launch_fails_fast_with_the_log_tail(tmp_path: Path) -> None:
+    # a checkpoint directory the engine cannot load: it starts, dies, and says why
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
     t = time.monotonic()
-    proc = loadgen("serve", str(tmp_path / "no-such-model"), "--backend", "transformers", "--device", "cpu",
+    proc = loadgen("serve", str(broken), "--backend", "transformers", "--device", "cpu",
                    "--port", "0", "--log", str(tmp_path / "engine.log"), timeout=120)
     assert proc.returncode == 3, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1
-    assert "exited with status 1 before it was ready" in errors[0]
+    assert "exited with status 1 before it was ready: " in errors[0]  # with the log's last error line
     assert "--- log tail ---" in proc.stderr
-    assert "no-such-model" in proc.stderr.split("--- log tail ---")[1]  # the engine's own words
+    assert "Error" in proc.stderr.split("--- log tail ---")[1]  # the engine's own words
     assert time.monotonic() - t < 60
+    # one that does not exist is refused before anything starts, in one line
+    missing = loadgen("serve", str(tmp_path / "no-such-model"), "--backend", "transformers", "--device", "cpu",
+                      "--port", "0", timeout=60)
+    assert missing.returncode == 3
+    assert missing.stderr.strip().splitlines() == [
+        f"error: model {tmp_path / 'no-such-model'}: no such file or directory, and not a hub id (ORG/NAME)"]
 
 
 def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:

@@ -177,3 +177,33 @@ def test_bad_searches_are_one_line_errors(load: dict[str, object], message: str)
     assert text.startswith("s.yaml: ")
     assert message in text
     assert "\n" not in text
+
+
+def test_the_first_wave_is_not_judged() -> None:
+    # a closed loop of 8 over 40 planned requests: its first 8 (all prefilled at once) are left
+    # out, so p99 over the other 32 breaks once 32 - floor(31 * 0.99) = 2 of them are over
+    stops = Stops()
+    spec = Search.model_validate({"by": "concurrency", "slo": {"ttft_ms": {"p99": 300}}})
+    w = ProbeWatch(spec, 40, False, stops, wave=8)
+    for i in range(8):
+        w.add(rec(900.0, i=i))  # the whole first wave over the bound
+    assert stops.count == 0
+    w.add(rec(400.0, i=8))
+    w.add(rec(400.0, i=9))
+    assert stops.count == 1
+    assert w.stopped is not None
+    assert w.stopped.reason.startswith("2 of the 32 requests over 300 ms")
+    # too few requests to leave a wave out: every one is judged
+    short = ProbeWatch(spec, 12, False, Stops(), wave=8)
+    assert short.wave == 0
+    assert short.planned == 12
+
+
+def test_a_probes_figures_leave_its_first_wave_out() -> None:
+    from loadgen.results.capacity import after_first_wave
+
+    records = [rec(900.0, i=i) for i in range(4)] + [rec(50.0, i=i) for i in range(4, 12)]
+    kept, left_out = after_first_wave(records, 4)
+    assert left_out == 4
+    assert [r.request_id for r in kept] == list(range(4, 12))
+    assert after_first_wave(records[:7], 4) == (records[:7], 0)  # fewer than twice the wave: all kept

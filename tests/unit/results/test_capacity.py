@@ -114,6 +114,11 @@ def test_the_answer_names_the_binding_objective() -> None:
     assert cap["complete"] is True
     assert cap["answer"] == "max concurrency meeting the SLOs: 21; TPOT p99 binds at 22 (20.50 ms > 20.25 ms)"
     assert [p["value"] for p in cap["probes"]] == values
+    # 20.00 of 20.25 ms is 98.8% of the bound: said, with what it means
+    assert cap["margin"] == ("margin at 21: TPOT p99 20.00 ms against 20.25 ms (99% of its bound, within 5%: "
+                             "measured again, the answer may be one step lower)")
+    wide = capacity_of(0, search(ttft_ms={"p99": 300}, tpot_ms={"p99": 40.0}), {}, cells[:6]).to_dict()
+    assert wide["margin"] == "margin at 16: TPOT p99 17.50 ms against 40 ms (44% of its bound)"
 
     # interrupted after 6 probes: the search says it is unfinished and what it knows
     early = capacity_of(0, spec, {}, cells[:6]).to_dict()
