@@ -440,6 +440,10 @@ def test_a_stopped_vllm_engine_leaves_nothing_behind(tmp_path: Path, sig: signal
     assert shared
     (scratch,) = scratch_dirs(serve.pid)
     assert scratch.is_dir()
+    # a neighbour's shared memory, made while the engine runs: neither checked nor touched
+    from multiprocessing import shared_memory
+
+    neighbour = shared_memory.SharedMemory(create=True, size=4096)
     serve.send_signal(sig)
     serve.communicate(timeout=120)
     if sig != signal.SIGKILL:
@@ -453,3 +457,6 @@ def test_a_stopped_vllm_engine_leaves_nothing_behind(tmp_path: Path, sig: signal
         assert scratch.is_dir()  # loadgen was killed before it could remove it
         assert scratch in sweep_stale()  # the next engine start does
     assert left_of(shared, serve.pid) == []
+    assert Path(f"/dev/shm/{neighbour.name.lstrip('/')}").exists()  # not loadgen's to remove
+    neighbour.close()
+    neighbour.unlink()
