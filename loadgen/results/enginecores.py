@@ -1,7 +1,9 @@
 """The engine's cores in a cell (``EngineCores``), from its ``engine_cores`` samples: the share
-of their time the engine used, the share other processes took, and which. A cell whose engine's
-cores were taken by others for more than ``STARVED_SHARE`` of their time was starved: its
-latencies are not the engine's alone, and the warning names the processes."""
+of their time the engine used, the share other processes took, and which. Only time that named
+processes used counts as theirs: the kernel's own work on those cores (the network interrupts
+of the load itself) is not another program. A cell whose engine's cores were taken by others for
+more than ``STARVED_SHARE`` of their time was starved: its latencies are not the engine's
+alone, and the warning names the processes."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from loadgen.data import Unchecked
 from loadgen.results.readings import EngineCoreReading, Hog
 
 # other processes' share of the engine's core time over which the engine was starved
-STARVED_SHARE = 0.10
+STARVED_SHARE = 0.20
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +56,13 @@ def engine_cores(readings: list[EngineCoreReading]) -> EngineCores | None:
     if capacity <= 0:
         return None
     engine = sum(r.engine_s for r in readings)
-    busy = sum(r.busy_s for r in readings)
     others: dict[int, tuple[str, float]] = {}
     for r in readings:
         for h in r.others:
             name, cpu = others.get(h.pid, (h.name, 0.0))
             others[h.pid] = (name, cpu + h.cpu_share * r.wall_s)
     top = sorted(((cpu / wall, pid, name) for pid, (name, cpu) in others.items()), reverse=True)[:3]
-    others_share = max(busy - engine, 0.0) / capacity
+    others_share = sum(cpu for _, cpu in others.values()) / capacity
     return EngineCores(
         cores, round(min(engine / capacity, 1.0), 4), round(min(others_share, 1.0), 4),
         tuple(Hog(pid, name, round(share, 3)) for share, pid, name in top if share >= 0.01),
