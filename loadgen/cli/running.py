@@ -58,6 +58,10 @@ def run(
         list[str] | None, typer.Option(metavar="METRIC:STAT:MS", help="an objective of the search (repeatable): "
                                        "ttft:p99:300, tpot:p99:20, itl:p95:50, e2e:p50:5000, error_rate:0.01")
     ] = None,
+    confirm: Annotated[
+        int | None, typer.Option(metavar="N", min=0, max=10, help="measure the probes either side of the search's "
+                                 "boundary N more times each (load.search.confirm)")
+    ] = None,
 ) -> None:
     """Run a scenario: measure, write a run directory, print the tables."""
     from loadgen.engines.preflight import check_models
@@ -72,7 +76,7 @@ def run(
     flags = {"load.concurrency": concurrency, "load.rate": rate, "workload.input_tokens": input_len,
              "workload.output_tokens": output_len, "workload.num_prompts": num_prompts, "target.api": api,
              "target.model": model}
-    sets = [f"{k}={v}" for k, v in flags.items() if v is not None] + search_overrides(search, slo or [])
+    sets = [f"{k}={v}" for k, v in flags.items() if v is not None] + search_overrides(search, slo or [], confirm)
     sets += list(overrides or [])
     if scenario is None:
         if base_url is None:
@@ -106,6 +110,11 @@ def run(
         if len({c.server.backend for c in summary.cells}) > 1 and any(c.status == "done" for c in summary.cells):
             # engines side by side: the cross-engine comparison against the first row
             print_text(render_tables(published_tables(summary, "compare", spread=False), "md"))
+        from loadgen.report.summary import breakdown_tables
+
+        for cell in summary.cells:
+            for table in breakdown_tables(cell):
+                print_text(render_tables([table], "md"))
     if summary.capacity:
         from loadgen.report.capacity import write_capacity_plots
 

@@ -5,9 +5,10 @@ has clearly broken an objective.
 A probe stops early when its verdict can no longer change (enough requests already over a
 bound that the percentile over every planned request must exceed it, or more failures than
 the error rate allows), when a running figure is over twice its bound (checked at 20, 40, 80,
-... requests),
-or, open loop, when the server's queue (``vllm:num_requests_waiting`` and its peers) grew
-at each of the last scrapes.
+... requests, and for a percentile only once its tail holds 5 requests: 500 for a p99, 50 for a
+p90, so a p99 is never judged on the first wave's few slowest streams), or, open loop, when
+the server's queue (``vllm:num_requests_waiting`` and its peers) grew at each of the last
+scrapes.
 """
 
 from __future__ import annotations
@@ -210,6 +211,8 @@ class ProbeWatch:
     def _far_over(self) -> None:
         figures = slo_figures(self.records, self.slo)
         for key in broken(figures, self.slo):
+            if len(self.records) < min_records(key):
+                continue
             value = figures.get(key)
             bound = bound_of(key, self.slo)
             if value is not None and bound is not None and value > self.FAR * bound and bound > 0:
@@ -233,6 +236,20 @@ class ProbeWatch:
         ):
             self._halt(QUEUE, f"the server's queue grew at every scrape, from {last[0]:g} to {last[-1]:g} "
                               "requests waiting: the load is over what it serves")
+
+
+# a running percentile is judged once this many requests lie beyond it
+TAIL = 5
+
+
+def min_records(key: str) -> int:
+    """The requests a running figure needs before it can stop a probe: a pNN needs TAIL of
+    them above it (p99: 500, p90: 50, p50: 20), any other figure ProbeWatch.MIN_RECORDS."""
+    metric, _, stat = key.partition(".")
+    q = stat_quantile(stat) if stat and metric != "itl_ms" else None
+    if q is None:
+        return ProbeWatch.MIN_RECORDS
+    return max(ProbeWatch.MIN_RECORDS, math.ceil(TAIL / (1 - q / 100) - 1e-9))
 
 
 def probe_watch(cell: Cell, stop: Callable[[], None]) -> ProbeWatch | None:

@@ -17,7 +17,7 @@ from typing import Any
 from loadgen.data import Unchecked
 from loadgen.report.capacity import plot_capacity
 from loadgen.report.plots import write_plots
-from loadgen.report.summary import COLUMNS, console_lines, latency_rows, params_text
+from loadgen.report.summary import COLUMNS, breakdown_tables, console_lines, latency_rows, params_text
 from loadgen.report.tables import Table
 from loadgen.report.views import published_tables
 from loadgen.results.rundir import PROVENANCE, read_json, write_file
@@ -111,6 +111,7 @@ def _cell_sections(summary: Summary) -> str:
         rows = tuple(tuple(r) for r in latency_rows(cell))
         table = Table(("ms", *COLUMNS), rows, title=title)
         parts.append(table_html(table, "latency"))
+        parts += [table_html(t, "breakdown") for t in breakdown_tables(cell)]
     return "".join(parts)
 
 

@@ -107,6 +107,25 @@ def _throughput_line(m: CellMetrics) -> str:
     return " | ".join(parts)
 
 
+def breakdown_tables(cell: CellSummary) -> list[Table]:
+    """A cell's figures per turn of its sessions and per stage of its load (latencies in ms)."""
+    m = cell.metrics
+    out = []
+    for groups, by in ((m.turns if m else None, "turn"), (m.stages if m else None, "stage")):
+        if not groups:
+            continue
+        rows = tuple(
+            (str(g.value + 1), str(g.metrics.completed), str(g.metrics.failed), _ms(g.metrics.ttft_s.p50),
+             _ms(g.metrics.ttft_s.p99), _ms(g.metrics.tpot_s.p50), _ms(g.metrics.itl_s.p99),
+             _num(g.metrics.output_throughput, 1),
+             "-" if g.prefix_cache_hit_rate is None else f"{g.prefix_cache_hit_rate:.1%}")
+            for g in groups
+        )
+        headers = (by, "done", "failed", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "out tok/s", "cached")
+        out.append(Table(headers, rows, title=f"[{cell.number}] per {by} (ms)"))
+    return out
+
+
 def console_lines(summary: Summary) -> list[str]:
     """Each cell's line of figures (throughput, failures, goodput, cache) and a search's answer."""
     out = [
@@ -133,6 +152,7 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
             table.add_row(*row)
         out.append(table)
         out.append(_throughput_line(cell.metrics) + _cache_text(cell))
+        out += [_rich(t) for t in breakdown_tables(cell)]
     for cap in summary.capacity:
         out.append(_rich(probe_table(cap)))
     if len(summary.capacity) > 1:
@@ -152,7 +172,8 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
 def _rich(table: Table) -> RichTable:
     out = RichTable(title=table.title, title_justify="left")
     for h in table.headers:
-        out.add_column(h, justify="right")
+        # a narrow terminal wraps a figure onto the next line; it never cuts one short
+        out.add_column(h, justify="right", overflow="fold")
     for row in table.rows:
         out.add_row(*row)
     return out
@@ -216,6 +237,8 @@ def render_markdown(summary: Summary) -> str:
             continue
         parts += [_md_table(["ms", *COLUMNS], latency_rows(cell)), ""]
         parts += [_throughput_line(cell.metrics) + _cache_text(cell), ""]
+        for t in breakdown_tables(cell):
+            parts += [f"{t.title}", "", render_md(t), ""]
         parts += [f"**Warning**: {w}" for w in cell.warnings] + ([""] if cell.warnings else [])
     if summary.capacity:
         parts += ["## Capacity", ""]

@@ -8,12 +8,14 @@ a search's answer from its run directory alone.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from loadgen.data import Labels
 from loadgen.results.cellstatus import EarlyStop
+from loadgen.results.intervals import bounded_above_from, mean_interval, percentile_interval, share_interval
 from loadgen.results.metrics import itl_values
 from loadgen.results.probe import CapacityAnswer, ProbeResult, ProbeRow
 from loadgen.results.records import RequestRecord
@@ -89,6 +91,36 @@ def slo_figures(records: Sequence[RequestRecord], slo: SearchSlo) -> dict[str, f
     return out
 
 
+def interval(values: np.ndarray, stat: str) -> tuple[float, float] | None:
+    """95% interval of a statistic's true value (a maximum: the sample's, which bounds it from below only)."""
+    if values.size == 0:
+        return None
+    q = stat_quantile(stat)
+    if q is not None:
+        return percentile_interval(values, q)
+    if stat == "mean":
+        return mean_interval(values)
+    top = float(values.max())
+    return top, top
+
+
+def slo_ranges(records: Sequence[RequestRecord], slo: SearchSlo) -> dict[str, tuple[float, float] | None]:
+    """Each objective's figure as a 95% interval (see ``loadgen.results.intervals``); ITL
+    objectives pool every gap, which are not independent draws: their intervals are narrower
+    than the truth's."""
+    measured = [r for r in records if not r.warmup]
+    out: dict[str, tuple[float, float] | None] = {}
+    cache: dict[str, np.ndarray] = {}
+    for metric, stat, _ in slo.bounds():
+        if metric not in cache:
+            cache[metric] = latency_values(measured, metric)
+        out[objective_key(metric, stat)] = interval(cache[metric], stat)
+    if slo.error_rate is not None:
+        ended, failed = counted(measured)
+        out[ERROR_RATE] = share_interval(failed, ended) if ended else None
+    return out
+
+
 def broken(figures: dict[str, float | None], slo: SearchSlo) -> list[str]:
     """The objectives a probe's figures break (a figure that could not be computed breaks its objective)."""
     out = []
@@ -147,6 +179,7 @@ def probe_entry(
     slo = search_spec.slo
     judged, left_out = after_first_wave(records, wave)
     figures = slo_figures(judged, slo)
+    ranges = slo_ranges(judged, slo)
     broke = broken(figures, slo)
     if stopped_early is not None and stopped_early.objective not in broke:
         broke.append(stopped_early.objective)
@@ -155,13 +188,43 @@ def probe_entry(
         search=search, by=search_spec.by, value=value, figures=figures, broken=tuple(broke),
         meets_slo=status == "done" and not broke and stopped_early is None, stopped_early=stopped_early,
         goodput=good / duration_s if duration_s else None, ramp_left_out=left_out,
+        ranges={k: None if v is None else (_end(v[0]), _end(v[1])) for k, v in ranges.items()},
     )
+
+
+def verdicts(results: Sequence[tuple[float, bool]]) -> list[tuple[float, bool]]:
+    """One verdict per probed value, in first-probe order: it meets the SLOs where more than
+    half of its probes did (a value measured once: that probe's verdict)."""
+    met: Counter[float] = Counter()
+    seen: Counter[float] = Counter()
+    for v, ok in results:
+        seen[v] += 1
+        met[v] += ok
+    return [(v, 2 * met[v] > n) for v, n in seen.items()]
+
+
+def _end(x: float) -> float | None:
+    """An interval's end as summary.json holds it: None where the sample cannot bound it."""
+    return None if math.isinf(x) else round(x, 6)
 
 
 def next_value(search: Search, results: Sequence[tuple[float, bool]]) -> float | None:
     """The next value to probe after ``results`` ((value, met the SLOs) in probe order), or
     None when the boundary is bracketed: double from ``min`` until a probe breaks an SLO or
-    ``max`` meets them, then bisect (halves in concurrency, geometric means in rate)."""
+    ``max`` meets them, then bisect (halves in concurrency, geometric means in rate); with
+    ``confirm``, then measure the values either side of the boundary again."""
+    merged = verdicts(results)
+    nxt = _bisect(search, merged)
+    if nxt is not None or not search.confirm or not merged:
+        return nxt
+    times = Counter(v for v, _ in results)
+    for value in bracket(merged):
+        if value is not None and times[value] < 1 + search.confirm:
+            return value
+    return None
+
+
+def _bisect(search: Search, results: Sequence[tuple[float, bool]]) -> float | None:
     conc = search.by == "concurrency"
     if not results:
         return float(int(search.min)) if conc else search.min
@@ -217,8 +280,10 @@ def capacity_of(index: int, spec: Search, labels: Labels, probes: Sequence[CellS
         key=lambda pair: pair[0].cell,
     )
     results = [(r.value, r.meets_slo) for _, r in done]
-    lo, hi = bracket(results) if results else (None, None)
-    at = {r.value: (p, r) for p, r in done}
+    merged = dict(verdicts(results))
+    lo, hi = bracket(list(merged.items())) if results else (None, None)
+    # a value probed more than once stands for its last probe that agrees with its verdict
+    at = {r.value: (p, r) for p, r in done if merged[r.value] == r.meets_slo}
     limiting: tuple[str, ...] = ()
     binds = ""  # "TPOT p99 binds at 22 (20.50 ms > 20.25 ms)"
     if hi is not None:
@@ -252,7 +317,8 @@ def capacity_of(index: int, spec: Search, labels: Labels, probes: Sequence[CellS
         answer = f"max {word} meeting the SLOs: {_load_text(word, lo)}; {binds}"
     if results and not complete:
         answer = f"search unfinished ({len(results)} probes): " + answer
-    margin = margin_of(spec, lo, best[1] if best is not None else None)
+    likely = likely_range(spec, lo, hi, done)
+    margin = margin_of(spec, lo, best[1] if best is not None else None, likely, results)
     return CapacityAnswer(
         search=index, labels=labels, by=word, min=spec.min, max=spec.max,
         slo=spec.slo.model_dump(exclude_none=True, exclude_defaults=True),
@@ -270,7 +336,7 @@ def capacity_of(index: int, spec: Search, labels: Labels, probes: Sequence[CellS
             )
             for p, r in done
         ),
-        margin=margin,
+        margin=margin, likely=likely,
     )
 
 
@@ -279,19 +345,78 @@ def capacity_of(index: int, spec: Search, labels: Labels, probes: Sequence[CellS
 NEAR = 0.95
 
 
-def margin_of(spec: Search, value: float | None, result: ProbeResult | None) -> str:
-    """How close the answer's probe came to its tightest objective, in words."""
+def sure(result: ProbeResult, spec: Search) -> bool:
+    """Whether a probe's verdict holds at 95%: met, every objective's interval is within its
+    bound; broken, some broken objective's interval is wholly over it (or it stopped early,
+    which takes a figure certain or twice its bound)."""
+    if result.stopped_early is not None:
+        return True
+    keys = result.figures.keys() if result.meets_slo else result.broken
+    inside = []
+    for key in keys:
+        span, bound = result.ranges.get(key), bound_of(key, spec.slo)
+        if span is None or bound is None:
+            inside.append(not result.meets_slo)  # no figure: broken for sure, met it cannot be
+            continue
+        low, high = span
+        inside.append(high is not None and high <= bound if result.meets_slo else low is not None and low > bound)
+    return all(inside) if result.meets_slo else any(inside)
+
+
+def likely_range(spec: Search, lo: float | None, hi: float | None,
+                 done: Sequence[tuple[CellSummary, ProbeResult]]) -> tuple[float, float] | None:
+    """Where the answer lies, judged on the probes' 95% intervals: down to the highest value
+    whose every probe surely met the SLOs (or ``min``), up to the highest probed value not
+    surely broken below the lowest surely broken one."""
+    if lo is None:
+        return None
+    met_surely = [r.value for _, r in done if r.meets_slo and r.value <= lo and sure(r, spec)]
+    unsure_met = {r.value for _, r in done if r.meets_slo and not sure(r, spec)}
+    low = max((v for v in met_surely if v not in unsure_met), default=spec.min)
+    broken_surely = [r.value for _, r in done if not r.meets_slo and sure(r, spec)]
+    ceiling = min(broken_surely, default=math.inf)
+    high = max([lo, *(r.value for _, r in done if lo < r.value < ceiling)])
+    if hi is None:
+        high = lo
+    return min(low, lo), high
+
+
+def margin_of(spec: Search, value: float | None, result: ProbeResult | None,
+              likely: tuple[float, float] | None = None, results: Sequence[tuple[float, bool]] = ()) -> str:
+    """How sure the answer is, in words: where it likely lies, how close the answer's probe
+    came to its tightest objective, and the repeated probes' tallies."""
     if value is None or result is None:
         return ""
+    parts = []
+    if likely is not None:
+        low, high = likely
+        if low == high == value:
+            parts.append("sure: each probe's 95% interval is on its side of the bounds")
+        else:
+            parts.append(f"likely {_load_text(spec.by, low)} to {_load_text(spec.by, high)} "
+                         "(the probes' 95% intervals straddle a bound)")
     shares = []
     for key, figure in result.figures.items():
         bound = bound_of(key, spec.slo)
         if figure is not None and bound:
             shares.append((figure / bound, key, figure, bound))
-    if not shares:
-        return ""
-    share, key, figure, bound = max(shares)
-    shown = f"{figure:.1%} of {bound:.1%}" if key == ERROR_RATE else f"{figure:.2f} ms against {bound:g} ms"
-    text = (f"margin at {_load_text(spec.by, value)}: {objective_label(key)} {shown} ({share:.0%} of its bound"
-            + (f", within {1 - NEAR:.0%}: measured again, the answer may be one step lower)" if share >= NEAR else ")"))
-    return text
+    if shares:
+        share, key, figure, bound = max(shares)
+        shown = f"{figure:.1%} of {bound:.1%}" if key == ERROR_RATE else f"{figure:.2f} ms against {bound:g} ms"
+        parts.append(f"at {_load_text(spec.by, value)} {objective_label(key)} was {shown} ({share:.0%} of its bound"
+                     + (f", within {1 - NEAR:.0%})" if share >= NEAR else ")"))
+    # the objective closest to its bound first
+    closeness = {key: share for share, key, _, _ in shares}
+    unbounded = sorted((key for key, span in result.ranges.items() if span is not None and span[1] is None),
+                       key=lambda k: -closeness.get(k, 0.0))
+    for key in unbounded[:1]:
+        q = stat_quantile(key.partition(".")[2])
+        if q is not None:
+            parts.append(f"{objective_label(key)} needs {bounded_above_from(q)} requests per probe (after the "
+                         "first wave) before it can be bounded from above: raise num_prompts for a surer answer")
+    times = Counter(v for v, _ in results)
+    tallies = [f"{_load_text(spec.by, v)} met {sum(ok for w, ok in results if w == v)} of {n}"
+               for v, n in sorted(times.items()) if n > 1]
+    if tallies:
+        parts.append("probed again: " + ", ".join(tallies))
+    return "margin: " + "; ".join(parts)

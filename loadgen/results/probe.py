@@ -4,7 +4,7 @@ probes it rests on (``ProbeRow``). ``loadgen.results.capacity`` computes them.""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from loadgen.data import Labels, Unchecked
 from loadgen.results.cellstatus import EarlyStop
@@ -17,6 +17,10 @@ def _early(data: object) -> EarlyStop | None:
     if not isinstance(data, dict):
         return None
     return EarlyStop(str(data.get("objective")), str(data.get("reason")))
+
+
+def _num(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +38,14 @@ class ProbeResult:
     goodput: float | None  # requests/s meeting every per-request bound
     # the first wave of a closed loop (its first C requests, sent at once) left out of the figures
     ramp_left_out: int = 0
+    # objective -> 95% interval of its figure ([low, high]; None: no figure; an end None: the
+    # requests were too few to bound that side)
+    ranges: dict[str, tuple[float | None, float | None] | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["broken"] = list(self.broken)
+        out["ranges"] = {k: None if v is None else list(v) for k, v in self.ranges.items()}
         return out
 
     @classmethod
@@ -49,6 +57,8 @@ class ProbeResult:
             figures=dict(data.get("figures") or {}), broken=tuple(data.get("broken") or ()),
             meets_slo=bool(data.get("meets_slo")), stopped_early=_early(data.get("stopped_early")),
             goodput=data.get("goodput"), ramp_left_out=int(data.get("ramp_left_out") or 0),
+            ranges={str(k): None if v is None else (_num(v[0]), _num(v[1]))
+                    for k, v in (data.get("ranges") or {}).items()},
         )
 
 
@@ -101,11 +111,14 @@ class CapacityAnswer:
     probes: tuple[ProbeRow, ...]
     # how close the answer's probe came to its tightest objective, in words ("" without an answer)
     margin: str = ""
+    # where the answer likely lies, judged on the probes' 95% intervals: [low, high] (None without an answer)
+    likely: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["limiting_slo"] = list(self.limiting_slo)
         out["probes"] = [{**asdict(p), "broken": list(p.broken)} for p in self.probes]
+        out["likely"] = None if self.likely is None else list(self.likely)
         return out
 
     @classmethod
@@ -118,4 +131,5 @@ class CapacityAnswer:
             request_throughput=data.get("request_throughput"), output_throughput=data.get("output_throughput"),
             answer=str(data.get("answer", "")), probes=tuple(ProbeRow.from_dict(p) for p in data.get("probes") or ()),
             margin=str(data.get("margin") or ""),
+            likely=None if not data.get("likely") else (float(data["likely"][0]), float(data["likely"][1])),
         )

@@ -76,10 +76,11 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
     return f"{source}: " + "; ".join(parts)
 
 
-def search_overrides(search: str | None, slos: list[str]) -> list[str]:
-    """``--search BY[:MIN:MAX]`` and ``--slo METRIC:STAT:MS`` / ``--slo error_rate:SHARE`` as
-    ``--set`` texts (each ``--slo`` latency replaces that latency's objectives in the file)."""
-    out: list[str] = []
+def search_overrides(search: str | None, slos: list[str], confirm: int | None = None) -> list[str]:
+    """``--search BY[:MIN:MAX]``, ``--slo METRIC:STAT:MS`` / ``--slo error_rate:SHARE`` and
+    ``--confirm N`` as ``--set`` texts (each ``--slo`` latency replaces that latency's
+    objectives in the file)."""
+    out: list[str] = [] if confirm is None else [f"load.search.confirm={confirm}"]
     if search is not None:
         by, *bounds = search.split(":")
         if by not in ("concurrency", "rate") or len(bounds) not in (0, 2):

@@ -215,7 +215,10 @@ class Search(_Model):
     """A capacity search: the most concurrency (closed loop) or rate (open loop) in
     [``min``, ``max``] whose probe meets every SLO. Probes double from ``min`` until one breaks
     an SLO (or ``max`` is met), then bisect until the boundary is bracketed to 1 in
-    concurrency or to ``rate_tolerance`` (a share, default 5%) in rate."""
+    concurrency or to ``rate_tolerance`` (a share, default 5%) in rate. With ``confirm`` N,
+    the two probes either side of the boundary are then measured N more times each, a value
+    meeting the SLOs only where more than half of its probes did; a changed verdict moves the
+    boundary and the search goes on from there."""
 
     by: Literal["concurrency", "rate"]
     min: float = Field(1.0, gt=0)
@@ -224,6 +227,8 @@ class Search(_Model):
     rate_tolerance: float = Field(0.05, gt=0, le=1)
     # stop a probe as soon as it has clearly broken an SLO (or the server's queue keeps growing)
     early_stop: bool = True
+    # measure the probes either side of the boundary this many more times each
+    confirm: int = Field(0, ge=0, le=10)
 
     @model_validator(mode="before")
     @classmethod

@@ -8,7 +8,8 @@ simulator serves like a batching engine whose truth is still exact: at most ``ma
 requests are served at once and the rest wait in arrival order; a request is *admitted* at
 ``s`` (its arrival, or the moment a served request ended and passed it the slot) while ``k``
 others are being served, and then streams token i at
-``s + ttft + prompt_tokens * prefill_per_token + i * (itl + k * itl_per_seq)``. Its TTFT as a
+``s + ttft + prompt_tokens * prefill_per_token + i * (itl + k * itl_per_seq) * f``, where ``f``
+is 1, or with ``jitter`` a seeded normal draw of mean 1 per request (arrival order). Its TTFT as a
 client sees it is that plus the wait ``s - a``. A client that hangs up is dropped at the next
 token it would have been sent (or when its turn comes, if it was waiting), as engines abort
 requests whose connection closed. Times come from
@@ -143,6 +144,7 @@ class SimApp(OpenAIApp):
         self._created = self.created
         self._lead_s = 0.0  # running estimate of how late a sleep wakes up
         self._fault_rng = random.Random(config.fault_seed)
+        self._jitter_rng = random.Random(config.jitter_seed)
         self._serving = 0  # admitted and not yet finished (the occupancy k is counted from)
         self._queue: deque[asyncio.Future[float]] = deque()  # waiting for a slot, in arrival order
 
@@ -289,6 +291,7 @@ class SimApp(OpenAIApp):
             await respond(send, 400, error_body(str(exc)))
             return
         prompt_tokens = len(tokens)
+        speed = max(0.0, self._jitter_rng.gauss(1.0, cfg.jitter)) if cfg.jitter else 1.0
         admitted, others = await self._admit(arrival)
         try:
             if _hung_up(send):
@@ -301,7 +304,7 @@ class SimApp(OpenAIApp):
             timing = _Timing(
                 start=admitted + cfg.ttft_s + prompt_tokens * cfg.prefill_per_token_s
                 + (cfg.slow_ttft_s if fault == "slow_ttft" else 0.0),
-                itl=cfg.itl_s + others * cfg.itl_per_seq_s,
+                itl=(cfg.itl_s + others * cfg.itl_per_seq_s) * speed,
             )
             try:
                 if body.get("stream"):

@@ -97,6 +97,30 @@ def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, cpu_hog: Cpu
     assert png_size(plot) == (round(4.2 * panels * 110), round(3.8 * 110))
 
 
+def test_ten_searches_on_a_jittered_server_agree_within_a_step_and_their_margins_cover_the_spread(
+        start_sim: StartSim, tmp_path: Path) -> None:
+    """Each request's ITL is (10 + 0.5 (C - 1)) x f ms, f drawn from N(1, 0.02): TPOT p90 is
+    that x 1.026, 17.95 ms at 16 streams and 18.46 at 17. Against TPOT p90 <= 18.2 ms the
+    truth is 16; each search's probes draw their own requests' speeds."""
+    base_url = start_sim(ttft_ms=20.0, max_seqs=24, itl_per_seq_us=500, jitter=0.02, jitter_seed=7)
+    slo = {"tpot_ms": {"p90": 18.2}}
+    answers, ranges = [], []
+    for i in range(10):
+        sc = parse_scenario(search_scenario(base_url, {"by": "concurrency", "min": 8, "max": 32, "slo": slo},
+                                            prompts=80, output=16))
+        cap = execute(sc, tmp_path / f"run{i}").summary.to_dict()["capacity"]
+        assert cap["complete"] is True
+        assert cap["margin"].startswith("margin: ")
+        answers.append(cap["max_meeting_slo"])
+        ranges.append(tuple(cap["likely"]))
+    assert max(answers) - min(answers) <= 1, answers
+    assert set(answers) <= {16, 17}, answers  # within a step of the truth
+    # every search's stated range holds every answer the ten gave
+    for low, high in ranges:
+        assert low <= min(answers), (ranges, answers)
+        assert high >= max(answers), (ranges, answers)
+
+
 def test_ttft_binds_when_the_ninth_stream_queues(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(max_seqs=8)
     slo = {"ttft_ms": {"p99": 300}, "tpot_ms": {"p99": 50}}

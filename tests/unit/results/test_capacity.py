@@ -68,6 +68,26 @@ def test_rate_search_brackets_the_boundary_to_five_percent() -> None:
     assert all(len(f"{p:g}".replace(".", "")) <= 4 for p in probes)  # 4 significant digits, readable
 
 
+def test_confirm_measures_the_boundary_again_and_a_changed_verdict_moves_it() -> None:
+    spec = Search.model_validate({"by": "concurrency", "min": 1, "max": 256, "confirm": 1,
+                                  "slo": {"tpot_ms": {"p99": 20.25}}})
+    # a steady truth: 21 and 22 once more each, then done
+    assert run_search(spec, lambda c: c <= 21) == [1, 2, 4, 8, 16, 32, 24, 20, 22, 21, 21, 22]
+    # 21 breaks the second time: met once of twice is not more than half, so 21 breaks; the
+    # boundary is then 20..21, and 20 is measured again
+    results = [(v, v <= 21) for v in (1, 2, 4, 8, 16, 32, 24, 20, 22, 21)] + [(21.0, False)]
+    assert next_value(spec, results) == 20
+    results.append((20.0, True))
+    assert next_value(spec, results) is None
+    cells = [probe(i, v, ok, [] if ok else ["tpot_ms.p99"], {"tpot_ms.p99": 10 + (v - 1) * 0.5})
+             for i, (v, ok) in enumerate(results)]
+    cap = capacity_of(0, spec, {}, cells).to_dict()
+    assert cap["max_meeting_slo"] == 20
+    assert cap["binds_at"] == 21
+    assert cap["complete"] is True
+    assert cap["margin"].endswith("probed again: 20 met 2 of 2, 21 met 1 of 2")
+
+
 def test_a_pass_above_a_break_is_not_trusted() -> None:
     # noise: 16 met, 32 broke, 24 met, 20 broke: the boundary is bracketed between 16 and 20
     spec = search()
@@ -92,21 +112,37 @@ def test_figures_and_broken_objectives_by_hand() -> None:
 
 
 def probe(cell: int, value: float, meets: bool, broke: list[str] | None = None,
-          figures: dict[str, float] | None = None) -> CellSummary:
+          figures: dict[str, float] | None = None,
+          ranges: dict[str, tuple[float | None, float | None] | None] | None = None) -> CellSummary:
     return CellSummary(
         cell=cell, params={}, status="done", reason=None, note="", server=ServerInfo(), metrics=None,
-        probe=ProbeResult(0, "concurrency", value, dict(figures or {}), tuple(broke or ()), meets, None, 2.0),
+        probe=ProbeResult(0, "concurrency", value, dict(figures or {}), tuple(broke or ()), meets, None, 2.0,
+                          ranges=dict(ranges or {})),
     )
+
+
+def tpot_cells(half_width: float, below: float | None = None, above: float | None = None) -> list[CellSummary]:
+    """The probes of a search whose TPOT p99 is 10 + 0.5 (C - 1) ms, each figure known within
+    +-``half_width`` ms (``below``/``above``: the 95% interval's ends at 21 and 22 instead)."""
+    values = [1, 2, 4, 8, 16, 32, 24, 20, 22, 21]
+    out = []
+    for i, v in enumerate(values):
+        tpot = 10 + (v - 1) * 0.5
+        span: tuple[float | None, float | None] = (tpot - half_width, tpot + half_width)
+        if v == 21 and above is not None:
+            span = (span[0], above)
+        if v == 22 and below is not None:
+            span = (below, span[1])
+        out.append(probe(i, v, v <= 21, [] if v <= 21 else ["tpot_ms.p99"],
+                         {"ttft_ms.p99": 52.0, "tpot_ms.p99": tpot},
+                         {"ttft_ms.p99": (50.0, 54.0), "tpot_ms.p99": span}))
+    return out
 
 
 def test_the_answer_names_the_binding_objective() -> None:
     spec = search(ttft_ms={"p99": 300}, tpot_ms={"p99": 20.25})
     values = [1, 2, 4, 8, 16, 32, 24, 20, 22, 21]
-    cells = [
-        probe(i, v, v <= 21, [] if v <= 21 else ["tpot_ms.p99"],
-              {"ttft_ms.p99": 52.0, "tpot_ms.p99": 10 + (v - 1) * 0.5})
-        for i, v in enumerate(values)
-    ]
+    cells = tpot_cells(0.1)
     cap = capacity_of(0, spec, {}, cells).to_dict()
     assert cap["max_meeting_slo"] == 21
     assert cap["binds_at"] == 22
@@ -114,11 +150,28 @@ def test_the_answer_names_the_binding_objective() -> None:
     assert cap["complete"] is True
     assert cap["answer"] == "max concurrency meeting the SLOs: 21; TPOT p99 binds at 22 (20.50 ms > 20.25 ms)"
     assert [p["value"] for p in cap["probes"]] == values
-    # 20.00 of 20.25 ms is 98.8% of the bound: said, with what it means
-    assert cap["margin"] == ("margin at 21: TPOT p99 20.00 ms against 20.25 ms (99% of its bound, within 5%: "
-                             "measured again, the answer may be one step lower)")
-    wide = capacity_of(0, search(ttft_ms={"p99": 300}, tpot_ms={"p99": 40.0}), {}, cells[:6]).to_dict()
-    assert wide["margin"] == "margin at 16: TPOT p99 17.50 ms against 40 ms (44% of its bound)"
+    # 21 surely met (20.1 <= 20.25), 22 surely broke (20.4 > 20.25); 20.00 of 20.25 ms is 98.8% of the bound
+    assert cap["likely"] == [21, 21]
+    assert cap["margin"] == ("margin: sure: each probe's 95% interval is on its side of the bounds; at 21 TPOT p99 "
+                             "was 20.00 ms against 20.25 ms (99% of its bound, within 5%)")
+    wide = capacity_of(0, search(ttft_ms={"p99": 300}, tpot_ms={"p99": 40.0}), {}, cells[:5]).to_dict()
+    assert wide["margin"] == ("margin: sure: each probe's 95% interval is on its side of the bounds; at 16 TPOT p99 "
+                              "was 17.50 ms against 40 ms (44% of its bound)")
+    # 21's interval reaches over the bound: down to 20, the highest surely met; 22's reaches under
+    # it: up to 22
+    unsure = capacity_of(0, spec, {}, tpot_cells(0.1, below=20.2, above=20.3)).to_dict()
+    assert unsure["max_meeting_slo"] == 21
+    assert unsure["likely"] == [20, 22]
+    assert unsure["margin"].startswith("margin: likely 20 to 22 (the probes' 95% intervals straddle a bound); at 21")
+    # too few requests to bound a p99 from above: no probe is surely met, down to the search's min
+    few = capacity_of(0, spec, {}, [
+        probe(c.cell, c.probe.value, c.probe.meets_slo, list(c.probe.broken), dict(c.probe.figures),  # type: ignore[union-attr]
+              {"tpot_ms.p99": (c.probe.figures["tpot_ms.p99"] - 0.1, None)})  # type: ignore[union-attr,operator]
+        for c in cells
+    ]).to_dict()
+    assert few["likely"] == [1, 21]
+    assert few["margin"].endswith("TPOT p99 needs 368 requests per probe (after the first wave) before it can be "
+                                  "bounded from above: raise num_prompts for a surer answer")
 
     # interrupted after 6 probes: the search says it is unfinished and what it knows
     early = capacity_of(0, spec, {}, cells[:6]).to_dict()
