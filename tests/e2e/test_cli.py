@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -79,6 +80,50 @@ def test_run_then_report_rederives_the_same_summary(start_sim: StartSim, tmp_pat
     proc = loadgen("run", str(path), "--base-url", base_url, "--out", str(run_dir))
     assert proc.returncode == 2
     assert "already holds a run" in proc.stderr
+
+
+def table_rows(text: str, title: str) -> list[list[str]]:
+    """The numbered rows of the table titled ``title`` in a console (rich) or Markdown table."""
+    lines = text[text.index(title):].splitlines()
+    rows = [[c.strip() for c in line.replace("│", "|").strip("| ").split("|")] for line in lines[1:12]]
+    return [r for r in rows if r and r[0].isdigit()]
+
+
+def test_per_turn_and_per_stage_figures_are_shown_wherever_the_run_is_read(start_sim: StartSim,
+                                                                            tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=2, itl_ms=0.5)
+    path = write(tmp_path, "name: turns\nworkload: {num_prompts: 4, input_tokens: 16, output_tokens: 8,\n"
+                           "  multi_turn: {turns: 3}}\ntarget: {api: chat}\nload: {concurrency: 2}\n")
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "COLUMNS": "80"}  # a narrow terminal
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "run", str(path), "--base-url", base_url, "--out",
+                           str(run_dir)], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr
+
+    def turn_rows(text: str) -> list[list[str]]:
+        return table_rows(text, "per turn (ms)")
+
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    turns = summary["cells"][0]["metrics"]["turns"]
+    expected = [[str(t["turn"] + 1), str(t["completed"])] for t in turns]
+    assert expected == [["1", "4"], ["2", "4"], ["3", "4"]]
+    assert [r[:2] for r in turn_rows(proc.stdout)] == expected
+    assert "…" not in proc.stdout
+    assert [r[:2] for r in turn_rows((run_dir / "report.md").read_text())] == expected
+    report = loadgen("report", str(run_dir))
+    assert report.returncode == 0, report.stderr
+    assert [r[:2] for r in turn_rows(report.stdout)] == expected
+    html = loadgen("report", str(run_dir), "--html")
+    assert html.returncode == 0, html.stderr
+    assert '<table class="breakdown"><caption>[1] per turn (ms)</caption>' in (run_dir / "report.html").read_text()
+
+    # a staged load: a table per stage, its requests as the stages sent them (10 at 20/s, 10 at 40/s)
+    staged = write(tmp_path, "name: staged\nworkload: {num_prompts: 10, input_tokens: 8, output_tokens: 2}\n"
+                             "load: {arrival: constant, stages: [{duration_s: 0.5, rate: 20}, "
+                             "{duration_s: 0.25, rate: 40}]}\n")
+    proc = loadgen("run", str(staged), "--base-url", base_url, "--out", str(tmp_path / "staged"))
+    assert proc.returncode == 0, proc.stderr
+    assert [r[:2] for r in table_rows(proc.stdout, "per stage (ms)")] == [["1", "10"], ["2", "10"]]
 
 
 def test_sigint_mid_run_keeps_every_measured_record(start_sim: StartSim, tmp_path: Path) -> None:
