@@ -117,7 +117,7 @@ def breakdown_tables(cell: CellSummary) -> list[Table]:
         rows = tuple(
             (str(g.value + 1), str(g.metrics.completed), str(g.metrics.failed), _ms(g.metrics.ttft_s.p50),
              _ms(g.metrics.ttft_s.p99), _ms(g.metrics.tpot_s.p50), _ms(g.metrics.itl_s.p99),
-             _num(g.metrics.output_throughput, 1),
+             _num(g.metrics.output_throughput, 0),
              "-" if g.prefix_cache_hit_rate is None else f"{g.prefix_cache_hit_rate:.1%}")
             for g in groups
         )
@@ -145,9 +145,9 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
             out.append(f"[{cell.number}] {params_text(cell.params)}: {cell.ending}")
             continue
         table = RichTable(title=f"[{cell.number}] {params_text(cell.params)}", title_justify="left")
-        table.add_column("ms", style="bold")
+        table.add_column("ms", style="bold", overflow="fold")
         for c in COLUMNS:
-            table.add_column(c, justify="right")
+            table.add_column(c, justify="right", overflow="fold")
         for row in latency_rows(cell):
             table.add_row(*row)
         out.append(table)
@@ -162,7 +162,7 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
         table = RichTable(title="sweep", title_justify="left")
         headers, rows = sweep_rows(summary)
         for h in headers:
-            table.add_column(h, justify="right")
+            table.add_column(h, justify="right", overflow="fold")
         for row in rows:
             table.add_row(*row)
         out.append(table)
