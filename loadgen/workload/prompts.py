@@ -107,7 +107,12 @@ class PromptMaker:
                 head_ids = self._ids(shared.tokens, np.random.default_rng((self.seed, PREFIX_SPACE, prefix)))
             else:
                 n = max(1, round(shared.tokens / self.calibration.per_word))
-                head_words = self._words(n, np.random.default_rng((self.seed, PREFIX_SPACE, prefix)))
+                # it opens with the word this request's own text would open with (its key's
+                # leading digit): a tokenizer splits a prompt's first word, which has no space
+                # before it, as it pleases, and the calibration measured that split on this word
+                opening = WORDS[key_digits(request_key(cell, stream, index), len(WORDS))[0]]
+                rest = self._words(n - 1, np.random.default_rng((self.seed, PREFIX_SPACE, prefix)))
+                head_words = [opening, *rest]
         if uses_token_ids(self.workload, self.api):
             return Prompt(total, token_ids=tuple(head_ids + self.unique_ids(input_tokens, cell, stream, index)))
         words = self.calibration.words_for(total) - len(head_words)
@@ -244,10 +249,15 @@ def calibration_requests(scenario: Scenario, model: str, seed: int, cell: int) -
     """The two probe requests (16 and 48 words, 1 output token) as (words, body); their text is
     unique like every prompt of the run (stream ``CALIBRATION`` of ``cell``)."""
     maker = PromptMaker(scenario.workload, scenario.target.api, seed)
+    # opening with the word the cell's measured prompts open with (in a few high cells the
+    # stream's bits reach the key's leading digit): how a tokenizer splits a prompt's first
+    # word is part of what is measured
+    opening = WORDS[key_digits(request_key(cell, Stream.MEASURED, 0), len(WORDS))[0]]
     out = []
     for index, words in enumerate((16, 48)):
+        text = " ".join([opening, *maker.text(words, cell, Stream.CALIBRATION, index).split()[1:]])
         body = build_payload(
-            scenario.target.api, model, Prompt(None, text=maker.text(words, cell, Stream.CALIBRATION, index)), 1,
+            scenario.target.api, model, Prompt(None, text=text), 1,
             sampling=scenario.workload.sampling, ignore_eos=scenario.workload.ignore_eos,
             min_tokens=scenario.workload.min_tokens,
             continuous_usage_stats=scenario.target.continuous_usage_stats, target=scenario.target,

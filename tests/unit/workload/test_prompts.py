@@ -149,3 +149,37 @@ def test_a_shared_prefix_opens_every_nth_request_and_the_rest_is_its_own() -> No
     assert words[1][:30] == words[3][:30]
     assert words[0][:30] != words[1][:30]
     assert len({tuple(w[30:]) for w in words}) == 6  # no two suffixes alike
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_shared_prefix_prompts_are_as_long_as_asked_by_a_real_tokenizer(api: str) -> None:
+    """The tiny model's BPE tokenizer splits a prompt's first word (no space before it) as it
+    pleases: a prefix opening with the word the request's own text opens with keeps the length
+    the calibration measured, for every request, in low cells and a high one."""
+    from transformers import AutoTokenizer
+
+    from loadgen.servers.tiny import ensure_tiny
+
+    tok = AutoTokenizer.from_pretrained(str(ensure_tiny()))
+
+    def count(text: str) -> int:
+        if api == "chat":
+            text = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                           tokenize=False)
+        return len(tok(text)["input_ids"])
+
+    sc = parse_scenario({"workload": {"num_prompts": 40, "input_tokens": 100,
+                                      "shared_prefix": {"prefixes": 4, "tokens": 64}},
+                         "target": {"api": api}})
+    for cell in (0, 40, 104):
+        bodies = calibration_requests(sc, "m", 5, cell)
+        field = "prompt" if api == "completions" else "messages"
+        texts = [orjson.loads(b)[field] for _, b in bodies]
+        points = [(n, count(t if api == "completions" else t[0]["content"])) for (n, _), t in zip(bodies, texts,
+                                                                                                 strict=True)]
+        per_word = (points[1][1] - points[0][1]) / 32
+        maker = PromptMaker(sc.workload, api, 5, TextCalibration(points[0][1] - 16 * per_word, per_word))
+        for i in range(40):
+            p = maker.prompt(100, cell, Stream.MEASURED, i, i % 4)
+            assert p.text is not None
+            assert count(p.text) == 164, (cell, i)
