@@ -92,33 +92,43 @@ def slo_figures(records: Sequence[RequestRecord], slo: SearchSlo) -> dict[str, f
 
 
 def interval(values: np.ndarray, stat: str) -> tuple[float, float] | None:
-    """95% interval of a statistic's true value (a maximum: the sample's, which bounds it from below only)."""
+    """95% interval of a statistic's true value, an end the sample cannot bound at 95% (too few
+    values for that percentile) being the sample's own extreme there (a maximum: the sample's,
+    which bounds it from below only)."""
     if values.size == 0:
         return None
     q = stat_quantile(stat)
     if q is not None:
-        return percentile_interval(values, q)
+        low, high = percentile_interval(values, q)
+        return (float(values.min()) if math.isinf(low) else low), (float(values.max()) if math.isinf(high) else high)
     if stat == "mean":
         return mean_interval(values)
     top = float(values.max())
     return top, top
 
 
-def slo_ranges(records: Sequence[RequestRecord], slo: SearchSlo) -> dict[str, tuple[float, float] | None]:
-    """Each objective's figure as a 95% interval (see ``loadgen.results.intervals``); ITL
-    objectives pool every gap, which are not independent draws: their intervals are narrower
-    than the truth's."""
+def slo_ranges(records: Sequence[RequestRecord], slo: SearchSlo) -> tuple[dict[str, tuple[float, float] | None],
+                                                                         list[str]]:
+    """Each objective's figure as a 95% interval (see ``loadgen.results.intervals``), and the
+    percentile objectives whose upper end is only the slowest request's, too few having been
+    measured to bound it; ITL objectives pool every gap, which are not independent draws:
+    their intervals are narrower than the truth's."""
     measured = [r for r in records if not r.warmup]
     out: dict[str, tuple[float, float] | None] = {}
+    edge: list[str] = []
     cache: dict[str, np.ndarray] = {}
     for metric, stat, _ in slo.bounds():
         if metric not in cache:
             cache[metric] = latency_values(measured, metric)
-        out[objective_key(metric, stat)] = interval(cache[metric], stat)
+        key = objective_key(metric, stat)
+        out[key] = interval(cache[metric], stat)
+        q = stat_quantile(stat)
+        if q is not None and 0 < cache[metric].size < bounded_above_from(q):
+            edge.append(key)
     if slo.error_rate is not None:
         ended, failed = counted(measured)
         out[ERROR_RATE] = share_interval(failed, ended) if ended else None
-    return out
+    return out, edge
 
 
 def broken(figures: dict[str, float | None], slo: SearchSlo) -> list[str]:
@@ -179,7 +189,7 @@ def probe_entry(
     slo = search_spec.slo
     judged, left_out = after_first_wave(records, wave)
     figures = slo_figures(judged, slo)
-    ranges = slo_ranges(judged, slo)
+    ranges, edge = slo_ranges(judged, slo)
     broke = broken(figures, slo)
     if stopped_early is not None and stopped_early.objective not in broke:
         broke.append(stopped_early.objective)
@@ -188,7 +198,8 @@ def probe_entry(
         search=search, by=search_spec.by, value=value, figures=figures, broken=tuple(broke),
         meets_slo=status == "done" and not broke and stopped_early is None, stopped_early=stopped_early,
         goodput=good / duration_s if duration_s else None, ramp_left_out=left_out,
-        ranges={k: None if v is None else (_end(v[0]), _end(v[1])) for k, v in ranges.items()},
+        ranges={k: None if v is None else (round(v[0], 6), round(v[1], 6)) for k, v in ranges.items()},
+        at_edge=tuple(edge),
     )
 
 
@@ -201,11 +212,6 @@ def verdicts(results: Sequence[tuple[float, bool]]) -> list[tuple[float, bool]]:
         seen[v] += 1
         met[v] += ok
     return [(v, 2 * met[v] > n) for v, n in seen.items()]
-
-
-def _end(x: float) -> float | None:
-    """An interval's end as summary.json holds it: None where the sample cannot bound it."""
-    return None if math.isinf(x) else round(x, 6)
 
 
 def next_value(search: Search, results: Sequence[tuple[float, bool]]) -> float | None:
@@ -355,11 +361,15 @@ def sure(result: ProbeResult, spec: Search) -> bool:
     inside = []
     for key in keys:
         span, bound = result.ranges.get(key), bound_of(key, spec.slo)
+        if key == ERROR_RATE and result.figures.get(key) == 0:
+            # no request failed: clear of any error-rate bound (an interval would ask hundreds of
+            # requests to show a 1% bound held)
+            inside.append(result.meets_slo)
+            continue
         if span is None or bound is None:
             inside.append(not result.meets_slo)  # no figure: broken for sure, met it cannot be
             continue
-        low, high = span
-        inside.append(high is not None and high <= bound if result.meets_slo else low is not None and low > bound)
+        inside.append(span[1] <= bound if result.meets_slo else span[0] > bound)
     return all(inside) if result.meets_slo else any(inside)
 
 
@@ -391,7 +401,7 @@ def margin_of(spec: Search, value: float | None, result: ProbeResult | None,
     if likely is not None:
         low, high = likely
         if low == high == value:
-            parts.append("sure: each probe's 95% interval is on its side of the bounds")
+            parts.append("every probe's 95% interval is clear of the bounds")
         else:
             parts.append(f"likely {_load_text(spec.by, low)} to {_load_text(spec.by, high)} "
                          "(the probes' 95% intervals straddle a bound)")
@@ -407,13 +417,11 @@ def margin_of(spec: Search, value: float | None, result: ProbeResult | None,
                      + (f", within {1 - NEAR:.0%})" if share >= NEAR else ")"))
     # the objective closest to its bound first
     closeness = {key: share for share, key, _, _ in shares}
-    unbounded = sorted((key for key, span in result.ranges.items() if span is not None and span[1] is None),
-                       key=lambda k: -closeness.get(k, 0.0))
-    for key in unbounded[:1]:
+    for key in sorted(result.at_edge, key=lambda k: -closeness.get(k, 0.0))[:1]:
         q = stat_quantile(key.partition(".")[2])
-        if q is not None:
-            parts.append(f"{objective_label(key)} needs {bounded_above_from(q)} requests per probe (after the "
-                         "first wave) before it can be bounded from above: raise num_prompts for a surer answer")
+        assert q is not None
+        parts.append(f"{objective_label(key)}'s upper end is the slowest request's until a probe has "
+                     f"{bounded_above_from(q)} requests (after the first wave): raise num_prompts for a surer answer")
     times = Counter(v for v, _ in results)
     tallies = [f"{_load_text(spec.by, v)} met {sum(ok for w, ok in results if w == v)} of {n}"
                for v, n in sorted(times.items()) if n > 1]

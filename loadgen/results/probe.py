@@ -19,10 +19,6 @@ def _early(data: object) -> EarlyStop | None:
     return EarlyStop(str(data.get("objective")), str(data.get("reason")))
 
 
-def _num(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
-
-
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
     """One probe's figures against its search's objectives, and the verdict."""
@@ -38,14 +34,16 @@ class ProbeResult:
     goodput: float | None  # requests/s meeting every per-request bound
     # the first wave of a closed loop (its first C requests, sent at once) left out of the figures
     ramp_left_out: int = 0
-    # objective -> 95% interval of its figure ([low, high]; None: no figure; an end None: the
-    # requests were too few to bound that side)
-    ranges: dict[str, tuple[float | None, float | None] | None] = field(default_factory=dict)
+    # objective -> 95% interval of its figure ([low, high]; None: no figure)
+    ranges: dict[str, tuple[float, float] | None] = field(default_factory=dict)
+    # percentile objectives whose interval's upper end is the slowest request's (too few requests)
+    at_edge: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["broken"] = list(self.broken)
         out["ranges"] = {k: None if v is None else list(v) for k, v in self.ranges.items()}
+        out["at_edge"] = list(self.at_edge)
         return out
 
     @classmethod
@@ -57,8 +55,9 @@ class ProbeResult:
             figures=dict(data.get("figures") or {}), broken=tuple(data.get("broken") or ()),
             meets_slo=bool(data.get("meets_slo")), stopped_early=_early(data.get("stopped_early")),
             goodput=data.get("goodput"), ramp_left_out=int(data.get("ramp_left_out") or 0),
-            ranges={str(k): None if v is None else (_num(v[0]), _num(v[1]))
+            ranges={str(k): None if v is None else (float(v[0]), float(v[1]))
                     for k, v in (data.get("ranges") or {}).items()},
+            at_edge=tuple(data.get("at_edge") or ()),
         )
 
 

@@ -222,6 +222,22 @@ load: {concurrency: [1, 4], warmup_requests: 1}
     assert "warning: cell 1/2: the server answered" in proc.stderr
 
 
+def shared_prefix_exact(base_url: str, tmp_path: Path) -> None:
+    """Shared-prefix text prompts, completions and chat: vLLM counts exactly the prefix's
+    tokens plus the request's own for every request."""
+    for api in ("completions", "chat"):
+        path = scenario(tmp_path, f"""
+target: {{api: {api}}}
+workload: {{num_prompts: 16, input_tokens: 100, output_tokens: 4, shared_prefix: {{prefixes: 4, tokens: 64}}}}
+load: {{concurrency: 4, warmup_requests: 1}}
+""")
+        run_dir = tmp_path / f"prefix-{api}"
+        proc = loadgen("run", str(path), "--base-url", base_url, "--out", str(run_dir))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        recs = [r for r in read_records(run_dir / "records.jsonl") if not r.warmup]
+        assert [r.prompt_tokens for r in recs] == [164] * 16, api
+
+
 def locust_against_the_engine(base_url: str, path: Path, tmp_path: Path) -> None:
     """Locust's LLM user on the real engine: its counts equal vLLM's own token counters."""
     before = vllm_counters(base_url)
@@ -290,6 +306,7 @@ load: {concurrency: [1, 4], warmup_requests: 1}
         assert not set(provenance["cpus"]["engine"]) & set(provenance["cpus"]["client"])
         locust_against_the_engine(f"http://127.0.0.1:{port}/v1", path, tmp_path)
         prefix_cache_witness(f"http://127.0.0.1:{port}/v1", tmp_path)
+        shared_prefix_exact(f"http://127.0.0.1:{port}/v1", tmp_path)
         # with 2048-token prompts (a prefill of some length), TTFT too within a tenth (last: the
         # scenario file is written over)
         long = scenario(tmp_path, """

@@ -99,22 +99,24 @@ def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, cpu_hog: Cpu
 
 def test_ten_searches_on_a_jittered_server_agree_within_a_step_and_their_margins_cover_the_spread(
         start_sim: StartSim, tmp_path: Path) -> None:
-    """Each request's ITL is (10 + 0.5 (C - 1)) x f ms, f drawn from N(1, 0.02): TPOT p90 is
-    that x 1.026, 17.95 ms at 16 streams and 18.46 at 17. Against TPOT p90 <= 18.2 ms the
-    truth is 16; each search's probes draw their own requests' speeds."""
-    base_url = start_sim(ttft_ms=20.0, max_seqs=24, itl_per_seq_us=500, jitter=0.02, jitter_seed=7)
-    slo = {"tpot_ms": {"p90": 18.2}}
+    """Each request's ITL is (20 + 1.0 (C - 1)) x f ms, f drawn from N(1, 0.02): TPOT p90 is
+    that x 1.026, 35.9 ms at 16 streams and 36.9 at 17. Against TPOT p90 <= 36.4 ms the truth
+    is 16, half a millisecond from either side; each search's probes draw their own requests'
+    speeds."""
+    base_url = start_sim(ttft_ms=20.0, itl_ms=20.0, max_seqs=24, itl_per_seq_us=1000, jitter=0.02, jitter_seed=7)
+    slo = {"tpot_ms": {"p90": 36.4}}
     answers, ranges = [], []
     for i in range(10):
         sc = parse_scenario(search_scenario(base_url, {"by": "concurrency", "min": 8, "max": 32, "slo": slo},
-                                            prompts=80, output=16))
+                                            prompts=64, output=16))
         cap = execute(sc, tmp_path / f"run{i}").summary.to_dict()["capacity"]
         assert cap["complete"] is True
         assert cap["margin"].startswith("margin: ")
         answers.append(cap["max_meeting_slo"])
         ranges.append(tuple(cap["likely"]))
+        print(f"search {i + 1}: {cap['max_meeting_slo']:g}, likely {cap['likely']}; {cap['margin']}")
     assert max(answers) - min(answers) <= 1, answers
-    assert set(answers) <= {16, 17}, answers  # within a step of the truth
+    assert set(answers) <= {15, 16, 17}, answers  # within a step of the truth
     # every search's stated range holds every answer the ten gave
     for low, high in ranges:
         assert low <= min(answers), (ranges, answers)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.results.capacity import broken, capacity_of, goodput_count, next_value, slo_figures
+from loadgen.results.capacity import broken, capacity_of, goodput_count, next_value, slo_figures, slo_ranges
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.probe import ProbeResult
 from loadgen.results.records import RequestRecord
@@ -113,11 +113,11 @@ def test_figures_and_broken_objectives_by_hand() -> None:
 
 def probe(cell: int, value: float, meets: bool, broke: list[str] | None = None,
           figures: dict[str, float] | None = None,
-          ranges: dict[str, tuple[float | None, float | None] | None] | None = None) -> CellSummary:
+          ranges: dict[str, tuple[float, float] | None] | None = None, edge: tuple[str, ...] = ()) -> CellSummary:
     return CellSummary(
         cell=cell, params={}, status="done", reason=None, note="", server=ServerInfo(), metrics=None,
         probe=ProbeResult(0, "concurrency", value, dict(figures or {}), tuple(broke or ()), meets, None, 2.0,
-                          ranges=dict(ranges or {})),
+                          ranges=dict(ranges or {}), at_edge=edge),
     )
 
 
@@ -128,7 +128,7 @@ def tpot_cells(half_width: float, below: float | None = None, above: float | Non
     out = []
     for i, v in enumerate(values):
         tpot = 10 + (v - 1) * 0.5
-        span: tuple[float | None, float | None] = (tpot - half_width, tpot + half_width)
+        span = (tpot - half_width, tpot + half_width)
         if v == 21 and above is not None:
             span = (span[0], above)
         if v == 22 and below is not None:
@@ -152,10 +152,10 @@ def test_the_answer_names_the_binding_objective() -> None:
     assert [p["value"] for p in cap["probes"]] == values
     # 21 surely met (20.1 <= 20.25), 22 surely broke (20.4 > 20.25); 20.00 of 20.25 ms is 98.8% of the bound
     assert cap["likely"] == [21, 21]
-    assert cap["margin"] == ("margin: sure: each probe's 95% interval is on its side of the bounds; at 21 TPOT p99 "
+    assert cap["margin"] == ("margin: every probe's 95% interval is clear of the bounds; at 21 TPOT p99 "
                              "was 20.00 ms against 20.25 ms (99% of its bound, within 5%)")
     wide = capacity_of(0, search(ttft_ms={"p99": 300}, tpot_ms={"p99": 40.0}), {}, cells[:5]).to_dict()
-    assert wide["margin"] == ("margin: sure: each probe's 95% interval is on its side of the bounds; at 16 TPOT p99 "
+    assert wide["margin"] == ("margin: every probe's 95% interval is clear of the bounds; at 16 TPOT p99 "
                               "was 17.50 ms against 40 ms (44% of its bound)")
     # 21's interval reaches over the bound: down to 20, the highest surely met; 22's reaches under
     # it: up to 22
@@ -163,15 +163,15 @@ def test_the_answer_names_the_binding_objective() -> None:
     assert unsure["max_meeting_slo"] == 21
     assert unsure["likely"] == [20, 22]
     assert unsure["margin"].startswith("margin: likely 20 to 22 (the probes' 95% intervals straddle a bound); at 21")
-    # too few requests to bound a p99 from above: no probe is surely met, down to the search's min
+    # too few requests to bound a p99 from above: the upper ends are the slowest requests', and said so
     few = capacity_of(0, spec, {}, [
         probe(c.cell, c.probe.value, c.probe.meets_slo, list(c.probe.broken), dict(c.probe.figures),  # type: ignore[union-attr]
-              {"tpot_ms.p99": (c.probe.figures["tpot_ms.p99"] - 0.1, None)})  # type: ignore[union-attr,operator]
+              dict(c.probe.ranges), ("tpot_ms.p99",))  # type: ignore[union-attr]
         for c in cells
     ]).to_dict()
-    assert few["likely"] == [1, 21]
-    assert few["margin"].endswith("TPOT p99 needs 368 requests per probe (after the first wave) before it can be "
-                                  "bounded from above: raise num_prompts for a surer answer")
+    assert few["likely"] == [21, 21]
+    assert few["margin"].endswith("TPOT p99's upper end is the slowest request's until a probe has 368 requests "
+                                  "(after the first wave): raise num_prompts for a surer answer")
 
     # interrupted after 6 probes: the search says it is unfinished and what it knows
     early = capacity_of(0, spec, {}, cells[:6]).to_dict()
@@ -181,6 +181,25 @@ def test_the_answer_names_the_binding_objective() -> None:
     none = capacity_of(0, spec, {}, [probe(0, 1, False, ["ttft_ms.p99"], {"ttft_ms.p99": 812.0})]).to_dict()
     assert none["max_meeting_slo"] is None
     assert none["answer"] == "no concurrency in 1..256 meets the SLOs: TTFT p99 binds at 1 (812.00 ms > 300 ms)"
+
+
+def test_a_probes_intervals_by_hand() -> None:
+    # TTFT 1..100 ms: the p50's 95% interval is the 40th to the 61st value (binomial ranks); the
+    # p99's upper end is beyond 100 values (368 needed), so the slowest request's, and said so;
+    # the mean's is t(99) x s / sqrt(100) either side; 1 failure of 101: Wilson's interval
+    records = [rec(float(t), i=t) for t in range(1, 101)] + [rec(0, ok=False, i=101)]
+    slo = SearchSlo.model_validate({"ttft_ms": {"p50": 60, "p99": 99.0, "mean": 60}, "error_rate": 0.01})
+    ranges, edge = slo_ranges(records, slo)
+    assert ranges["ttft_ms.p50"] == (40.0, 61.0)
+    assert ranges["ttft_ms.p99"] == (97.0, 100.0)
+    assert edge == ["ttft_ms.p99"]
+    half = 1.984 * float(np.std(np.arange(1, 101), ddof=1)) / 10
+    low, high = ranges["ttft_ms.mean"]  # type: ignore[misc]
+    assert low == pytest.approx(50.5 - half, abs=0.01)
+    assert high == pytest.approx(50.5 + half, abs=0.01)
+    low, high = ranges["error_rate"]  # type: ignore[misc]
+    assert low == pytest.approx(0.00175, abs=1e-4)
+    assert high == pytest.approx(0.0540, abs=1e-3)
 
 
 def test_certain_failure_threshold_is_exact() -> None:
