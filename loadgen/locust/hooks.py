@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,8 @@ from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 from loadgen.data import Unchecked
 from loadgen.errors import LoadgenError
 from loadgen.locust.plan import RunDirSink
-from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, WorkerReport, log
-from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, rows_csv
+from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, WorkerReport, log, now_s
+from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, report_section, rows_csv
 from loadgen.locust.transport import STOP_FILE_ENV
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.provenance import Provenance
@@ -75,7 +76,18 @@ def _init(environment: Environment, **_: Any) -> None:
             _fail(str(exc))
     if environment.web_ui is not None:
         _extend_web_ui(environment)
+    if environment.shape_class is not None:
+        # Locust installs its SIGTERM handler only once a headless shape has ended: until then
+        # a SIGTERM (loadgen's stop, `timeout`) would end the process before anything is written
+        gevent.signal_handler(signal.SIGTERM, _stop_shape, environment)
     gevent.spawn(_sample_charts, environment)
+
+
+def _stop_shape(environment: Environment) -> None:
+    """SIGTERM during a shape: stop it; Locust then shuts down its own way (run directory written)."""
+    log.info("loadgen: SIGTERM: stopping the shape test")
+    if environment.runner is not None:
+        gevent.spawn(environment.runner.quit)
 
 
 def _fail(message: str) -> None:
@@ -87,6 +99,8 @@ def _fail(message: str) -> None:
 @events.test_start.add_listener
 def _test_start(environment: Environment, **_: Any) -> None:
     STATE.stopping = False
+    if not isinstance(environment.runner, WorkerRunner):
+        STATE.test_started()
     opts = environment.parsed_options
     source = getattr(opts, "scenario", None)
     overrides = list(getattr(opts, "loadgen_set", None) or [])
@@ -110,18 +124,17 @@ def _test_stopping(**_: Any) -> None:
 def _test_stop(environment: Environment, **_: Any) -> None:
     """A stop (the web UI's STOP included): the run directory gets its summary and report for
     what was measured so far, without waiting for Locust to exit."""
-    if isinstance(environment.runner, WorkerRunner) or STATE.sink is None or STATE.closed:
+    if isinstance(environment.runner, WorkerRunner) or STATE.closed:
+        return
+    STATE.see_users()
+    STATE.cells.close(now_s())
+    if STATE.sink is None:
         return
     try:
-        STATE.sink.snapshot(_users(), interrupted=False, server=_server(environment))
+        STATE.sink.snapshot(STATE.applied(), interrupted=False, server=_server(environment))
         log.info("loadgen: run directory %s updated (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
     except (LoadgenError, OSError) as exc:
         log.error("loadgen: could not write the run directory's summary: %s", exc)
-
-
-def _users() -> tuple[int, ...]:
-    assert STATE.plan is not None
-    return STATE.plan.steps if STATE.used_shape else (max(STATE.peak_users, 1),)
 
 
 def _server(environment: Environment) -> ServerInfo:
@@ -135,6 +148,7 @@ def _sample_charts(environment: Environment) -> None:
         gevent.sleep(2.0)
         runner = environment.runner
         if runner is not None and (runner.user_count > 0 or runner.state in ("spawning", "running")):
+            STATE.see_users()
             STATE.sample()
 
 
@@ -184,7 +198,8 @@ def _quit(**_: Any) -> None:
         STATE.sink.provenance.note(
             workers=environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         )
-        STATE.sink.close(_users(), interrupted=_stopped(), server=_server(environment))
+        STATE.cells.close(now_s())
+        STATE.sink.close(STATE.applied(), interrupted=_stopped(), server=_server(environment))
         log.info("loadgen: run directory %s (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
 
 
@@ -239,11 +254,21 @@ def _extend_web_ui(environment: Environment) -> None:
     @web_ui.app.after_request
     def _add_llm_charts(response: Response) -> Response:
         # the start page and the LLM tab: loadgen's script adds the scenario under the form and
-        # the live charts under the LLM table (Locust's own pages stay as they are)
+        # the live charts under the LLM table; the downloadable report: the LLM figures as a
+        # static block. Each goes before the page's own closing </body>, its last: Locust's
+        # inline scripts hold that text in strings of their own
         if response.mimetype == "text/html" and not response.direct_passthrough:
             page = response.get_data()
-            if b"window.templateArgs" in page and b"llm/charts.js" not in page:
-                response.set_data(page.replace(b"</body>", b'<script src="./llm/charts.js"></script></body>', 1))
+            end = page.rfind(b"</body>")
+            if end < 0 or b"window.templateArgs" not in page:
+                return response
+            if request.path.endswith("/stats/report"):
+                added = report_section(STATE.rows(users=STATE.peak_users or None)).encode()
+            elif b"llm/charts.js" not in page:
+                added = b'<script src="./llm/charts.js"></script>'
+            else:
+                return response
+            response.set_data(page[:end] + added + page[end:])
         return response
 
     @web_ui.app.route("/llm/charts.js")

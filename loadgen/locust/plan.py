@@ -14,7 +14,7 @@ import orjson
 
 from loadgen.errors import ScenarioError
 from loadgen.report.summary import render_markdown
-from loadgen.results.cellstatus import CellStatus, ServerInfo
+from loadgen.results.cellstatus import AppliedUsers, CellStatus, ServerInfo
 from loadgen.results.provenance import Provenance
 from loadgen.results.records import RECORD_TIMES, RequestRecord
 from loadgen.results.rundir import RunDirWriter, build_summary_from_dir
@@ -82,20 +82,64 @@ def rebase(line: bytes, shift_s: float, request_id: int, worker: int) -> Request
     return RequestRecord.from_dict(data)
 
 
-class StepClock:
-    """Which cell a request belongs to: the shape step in force when it was sent."""
+@dataclass
+class UsersSeen:
+    """A cell's Locust users over time: (time, users) at each change, from its start to its stop."""
+
+    test: int
+    started_s: float
+    points: list[tuple[float, int]]
+    stopped_s: float | None = None
+
+    def see(self, at_s: float, users: int) -> None:
+        if self.stopped_s is None and (not self.points or self.points[-1][1] != users):
+            self.points.append((at_s, users))
+
+    def applied(self, now_s: float) -> AppliedUsers:
+        """The users as they ran, up to the cell's stop (or ``now_s`` while it runs)."""
+        end = self.stopped_s if self.stopped_s is not None else now_s
+        points = [p for p in self.points if p[1] > 0] or [(self.started_s, 0)]
+        peak = max(u for _, u in points)
+        first = points[0][1]
+        reached = next(t for t, u in points if u == peak)
+        span = max(end - self.started_s, 1e-9)
+        area = 0.0
+        for (t0, u), (t1, _) in zip(points, [*points[1:], (end, 0)], strict=True):
+            area += u * max(min(t1, end) - max(t0, self.started_s), 0.0)
+        return AppliedUsers(self.test, first, peak, round(area / span, 2), round(max(reached - points[0][0], 0.0), 3),
+                            round(end - self.started_s, 3))
+
+
+class CellClock:
+    """Which cell a request belongs to: each test (started from the web UI, the API or
+    headless) opens one, and so does each later step of the shape; the cell is the one open
+    when the request was sent. Each cell keeps the users it ran."""
 
     def __init__(self) -> None:
         self._starts: list[float] = []
+        self.users: list[UsersSeen] = []
+        self.tests = 0
 
-    def step_started(self, at_s: float) -> None:
+    def open(self, at_s: float, users: int, *, new_test: bool) -> int:
+        if self.users:
+            self.close(at_s)
+        self.tests += new_test or not self.tests
         self._starts.append(at_s)
+        self.users.append(UsersSeen(self.tests, at_s, [(at_s, users)]))
+        return len(self._starts) - 1
+
+    def close(self, at_s: float) -> None:
+        if self.users and self.users[-1].stopped_s is None:
+            self.users[-1].stopped_s = at_s
+
+    def see(self, at_s: float, users: int) -> None:
+        if self.users:
+            self.users[-1].see(at_s, users)
 
     def cell_of(self, sent_at: float | None) -> int:
         if not self._starts or sent_at is None:
             return 0
         return max(0, bisect.bisect_right(self._starts, sent_at) - 1)
-
 
 
 class RunDirSink:
@@ -112,21 +156,23 @@ class RunDirSink:
         self.out.records.write(record)
         self.cells_seen.add(record.cell)
 
-    def snapshot(self, users: tuple[int, ...], *, interrupted: bool, server: ServerInfo) -> Summary:
+    def snapshot(self, users: list[AppliedUsers], *, interrupted: bool, server: ServerInfo) -> Summary:
         """Write the scenario, cell statuses, summary and report of what was recorded so far
-        (at each stop of the test, and at the end); returns the summary."""
-        scenario = locust_scenario(self.plan, users)
+        (at each stop of the test, and at the end); returns the summary. ``users``: each
+        cell's users as they ran (a cell's concurrency is its peak)."""
+        scenario = locust_scenario(self.plan, tuple(max(u.peak, 1) for u in users) or (1,))
         self.out.write_scenario(scenario)
         for cell in expand_cells(scenario):
             if cell.index in self.cells_seen:  # the last status line of a cell is the one read
-                self.out.cells.write(CellStatus(cell.index, "done", server=server))
+                applied = users[cell.index] if cell.index < len(users) else None
+                self.out.cells.write(CellStatus(cell.index, "done", server=server, users=applied))
         self.provenance.ended()
         self.out.write_provenance(self.provenance)
         summary = replace(build_summary_from_dir(self.run_dir, scenario), interrupted=interrupted)
         self.out.write_summary(summary, render_markdown(summary))
         return summary
 
-    def close(self, users: tuple[int, ...], *, interrupted: bool, server: ServerInfo) -> Summary:
+    def close(self, users: list[AppliedUsers], *, interrupted: bool, server: ServerInfo) -> Summary:
         """The last snapshot, then the files closed and the directory's lock released."""
         summary = self.snapshot(users, interrupted=interrupted, server=server)
         self.out.close()

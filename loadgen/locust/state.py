@@ -21,9 +21,10 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadgen.data import Unchecked
-from loadgen.locust.plan import LocustPlan, RunDirSink, StepClock, plan_for, rebase
+from loadgen.locust.plan import CellClock, LocustPlan, RunDirSink, plan_for, rebase
 from loadgen.locust.stats import LiveStats, Row
 from loadgen.locust.transport import Workbench, build_workbench
+from loadgen.results.cellstatus import AppliedUsers
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.loader import load_scenario
 
@@ -69,10 +70,9 @@ class _State:
         self.request_ids = itertools.count()
         self.pending: list[bytes] = []  # a worker's records not yet sent to the master
         self.live = LiveStats()
-        self.steps = StepClock()
+        self.cells = CellClock()
         self.sink: RunDirSink | None = None
-        self.peak_users = 0
-        self.used_shape = False
+        self.peak_users = 0  # of the test running, or of the last one
         self.model: str | None = None
         self.closed = False
         self.failed = False
@@ -117,7 +117,32 @@ class _State:
         if env is not None and isinstance(env.runner, WorkerRunner):
             self.pending.append(record.to_json())
             return
-        self.count(replace(record, cell=self.steps.cell_of(record.sent_at)))
+        self.count(replace(record, cell=self.cells.cell_of(record.sent_at)))
+
+    def test_started(self) -> None:
+        """A test starts (the web UI's form, the API, headless, a new step of the shape): a cell
+        of its own, and the LLM tab's figures from zero, as Locust's own."""
+        users = self.env.runner.user_count if self.env is not None and self.env.runner is not None else 0
+        self.cells.open(now_s(), users, new_test=True)
+        self.live.reset()
+        self.peak_users = users
+
+    def step_started(self) -> None:
+        """A later step of the shape: a cell of its own, in the same test."""
+        users = self.env.runner.user_count if self.env is not None and self.env.runner is not None else 0
+        self.cells.open(now_s(), users, new_test=False)
+
+    def see_users(self) -> None:
+        """The users running now, for the open cell's record of its load."""
+        runner = self.env.runner if self.env is not None else None
+        if runner is not None:
+            self.cells.see(now_s(), runner.user_count)
+            self.peak_users = max(self.peak_users, runner.user_count)
+
+    def applied(self) -> list[AppliedUsers]:
+        """Each cell's users as they ran, so far."""
+        now = now_s()
+        return [seen.applied(now) for seen in self.cells.users]
 
     def count(self, record: RequestRecord) -> None:
         if self.closed:
@@ -125,8 +150,7 @@ class _State:
         self.live.add(record)
         if self.sink is not None:
             self.sink.add(record)
-        if self.env is not None and self.env.runner is not None:
-            self.peak_users = max(self.peak_users, self.env.runner.user_count)
+        self.see_users()
 
     def merge(self, worker: int, report: WorkerReport) -> None:
         """The master: a worker's report -> its records on the master's clock."""
@@ -134,13 +158,15 @@ class _State:
         self.model = self.model or report.model
         for line in report.records:
             record = rebase(line, shift, next(self.request_ids), worker)
-            self.count(replace(record, cell=self.steps.cell_of(record.sent_at)))
+            self.count(replace(record, cell=self.cells.cell_of(record.sent_at)))
 
     def rows(self, users: int | None = None) -> list[Row]:
-        """The LLM table now; ``users`` defaults to the users running now (after a stop, the
-        peak the run had, so the per-user figure stays meaningful)."""
+        """The LLM table of the test running (or the last one); per user of the users running
+        now, or after a stop (``users`` given, or none running) of the test's peak over the
+        whole test."""
         running, lag = self._view()
-        return self.live.rows(now_s(), (running or self.peak_users) if users is None else users, lag)
+        stopped = users is not None or not running
+        return self.live.rows(now_s(), (running or self.peak_users) if users is None else users, lag, stopped=stopped)
 
     def sample(self) -> Row:
         """A point of the LLM tab's charts, now."""

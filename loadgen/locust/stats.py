@@ -6,6 +6,7 @@ tab, ``/llm/stats``, ``/llm/history`` and ``PREFIX_llm.csv`` show them.
 
 from __future__ import annotations
 
+import html
 import time
 from array import array
 from collections import Counter, defaultdict, deque
@@ -186,17 +187,18 @@ class LiveStats:
             return 0.0
         return sum(self._buckets.get(s, 0) for s in range(start, end)) / (end - start)
 
-    def rows(self, now_s: float, users: int, lag_s: float = 0.0) -> list[Row]:
-        """One row per worker (distributed runs) and a ``Total`` row."""
+    def rows(self, now_s: float, users: int, lag_s: float = 0.0, *, stopped: bool = False) -> list[Row]:
+        """One row per worker (distributed runs) and a ``Total`` row; per user: the last 10 s
+        over the users running, or once ``stopped`` the whole test over its peak ``users``."""
         out = []
         if len(self._by_worker) > 1 or any(k != 0 for k in self._by_worker):
             out += [_row(f"worker {k}", c, None, None) for k, c in sorted(self._by_worker.items())]
         recent = self.recent_rate(now_s, lag_s)
-        out.append(_row("Total", self._total, recent, users))
+        out.append(_row("Total", self._total, recent, users, stopped=stopped))
         return out
 
 
-def _row(name: str, c: _Counts, recent: float | None, users: int | None) -> Row:
+def _row(name: str, c: _Counts, recent: float | None, users: int | None, *, stopped: bool = False) -> Row:
     span = (c.last_done - c.first_sent) if c.first_sent is not None and c.last_done is not None else 0.0
     overall = c.output_tokens / span if span > 0 else 0.0
     return {
@@ -208,7 +210,8 @@ def _row(name: str, c: _Counts, recent: float | None, users: int | None) -> Row:
         "prompt_tokens": c.prompt_tokens,
         "output_tok_s": round(overall, 1),
         "recent_tok_s": None if recent is None else round(recent, 1),
-        "tok_s_per_user": round(recent / users, 1) if recent is not None and users else None,
+        "tok_s_per_user": (round(overall / users, 1) if stopped and users and span > 0
+                           else round(recent / users, 1) if recent is not None and users and not stopped else None),
         "stream_tok_s": round(c.decode_tokens / c.decode_s, 1) if c.decode_s > 0 else None,
         **percentiles(c),
     }
@@ -238,3 +241,33 @@ def rows_csv(rows: list[Row]) -> str:
             cells.append(f'"{v}"' if isinstance(v, str) else ("" if v is None else str(v)))
         lines.append(",".join(cells))
     return "\n".join(lines) + "\n"
+
+
+REPORT_TOTALS: tuple[tuple[str, str], ...] = (
+    ("requests", "Requests"), ("failures", "Failures"), ("failure_classes", "Failure classes"),
+    ("output_tokens", "Output tokens"), ("prompt_tokens", "Prompt tokens"), ("output_tok_s", "Output tok/s"),
+    ("tok_s_per_user", "Output tok/s per user"), ("stream_tok_s", "Decode tok/s per stream"),
+)
+
+
+def report_section(rows: list[Row]) -> str:
+    """The LLM figures as a static block of Locust's downloadable report (no script): the
+    total's counts and throughput, then TTFT, TPOT, ITL and E2E as rows, p50 / p90 / p99 as columns."""
+    total = next((r for r in rows if r.get("name") == "Total"), rows[-1] if rows else {})
+
+    def cell(v: object) -> str:
+        return "-" if v is None or v == "" else html.escape(f"{v:,}" if isinstance(v, int) else str(v))
+
+    counts = "".join(f"<tr><th>{title}</th><td>{cell(total.get(k))}</td></tr>" for k, title in REPORT_TOTALS)
+    latency = "".join(
+        f"<tr><th>{k.upper()}</th>" + "".join(f"<td>{cell(total.get(f'{k}_p{q}_ms'))}</td>" for q in QUANTILES)
+        + "</tr>" for k in PERCENTILES
+    )
+    head = "".join(f"<th>p{q} (ms)</th>" for q in QUANTILES)
+    style = "font-family: system-ui, sans-serif; margin: 2em; color: #222; background: #fff"
+    table = "border-collapse: collapse; margin: 0.5em 0 1.5em"
+    return (
+        f'<section id="loadgen-llm" style="{style}"><h2>LLM (loadgen)</h2>'
+        f'<table style="{table}">{counts}</table>'
+        f'<table style="{table}"><tr><th></th>{head}</tr>{latency}</table></section>'
+    )

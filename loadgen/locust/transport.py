@@ -76,7 +76,9 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
     finally:
         http.close()
     cell = Cell(process, plan.input_tokens, plan.output_tokens, None, None, plan.scenario)
-    pool = prepare_requests(cell, model, calibration, seed, Stream.LOCUST)
+    # none made ahead: the users' first requests go out at once whatever num_prompts is, and
+    # memory does not grow with it
+    pool = prepare_requests(cell, model, calibration, seed, Stream.LOCUST, count=0)
     return Workbench(base, url.request_uri, headers, t, model, pool, calibration)
 
 

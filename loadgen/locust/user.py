@@ -24,7 +24,7 @@ from locust.exception import StopUser
 from loadgen.errors import LoadgenError
 from loadgen.load.stream import StreamState
 from loadgen.locust import hooks
-from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log, now_s
+from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log
 from loadgen.locust.stats import LLM
 from loadgen.locust.transport import Workbench, open_client, stream_request
 from loadgen.results.records import RequestRecord
@@ -118,8 +118,9 @@ class LLMUser(User):
 
 class ScenarioSteps(LoadTestShape):
     """The scenario's concurrency sweep as steps: each step holds that many users for
-    ``load.duration_s`` seconds (``--step-time`` when the scenario gives none); each step
-    is one cell of the run directory."""
+    ``--step-time`` seconds (else the scenario's ``load.duration_s``, else 60); each step
+    is one cell of the run directory. Locust's ``-t`` ends it too (Locust itself counts its
+    run time only after a shape has ended)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -129,14 +130,18 @@ class ScenarioSteps(LoadTestShape):
         plan = STATE.plan
         if plan is None:
             return None
-        step_s = plan.step_s or _option("step_time", 60.0)
-        k = int(self.get_run_time() // step_s)
+        step_s = _option("step_time", None) or plan.step_s or 60.0
+        run_time = self.get_run_time()
+        limit = _option("run_time", None)
+        if limit is not None and run_time >= limit:
+            return None  # -t: Locust's own limit starts only once a shape has ended
+        k = int(run_time // step_s)
         if k >= len(plan.steps):
             return None
         if k != self._step:
+            if k > 0:  # the test's start opened the first step's cell
+                STATE.step_started()
             self._step = k
-            STATE.used_shape = True
-            STATE.steps.step_started(now_s())
             log.info("loadgen: step %d/%d, %d users", k + 1, len(plan.steps), plan.steps[k])
         users = plan.steps[k]
         return users, float(max(users, 1))

@@ -17,7 +17,7 @@ from typing import Any
 from loadgen.data import Unchecked
 from loadgen.report.capacity import plot_capacity
 from loadgen.report.plots import write_plots
-from loadgen.report.summary import COLUMNS, breakdown_tables, console_lines, latency_rows, params_text
+from loadgen.report.summary import COLUMNS, breakdown_tables, cell_title, console_lines, latency_rows
 from loadgen.report.tables import Table
 from loadgen.report.views import published_tables
 from loadgen.results.rundir import PROVENANCE, read_json, write_file
@@ -104,7 +104,7 @@ def _cell_sections(summary: Summary) -> str:
     for cell in summary.cells:
         if cell.probe is not None:
             continue
-        title = f"[{cell.number}] {params_text(cell.params)}"
+        title = cell_title(cell)
         if cell.metrics is None:
             parts.append(f"<h3>{_e(title)}</h3><p>{_e(cell.status)}: {_e(cell.reason)}</p>")
             continue

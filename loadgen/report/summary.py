@@ -41,11 +41,20 @@ def latency_rows(cell: CellSummary) -> list[list[str]]:
     return rows
 
 
-def params_text(params: Labels) -> str:
+def cell_title(cell: CellSummary) -> str:
+    """A cell's heading: ``[2] input 8 / output 16 tokens, closed loop of 40``; a Locust test's
+    load as its users ran, not as it was set (a ramp is no closed loop of its peak)."""
+    return f"[{cell.number}] {params_text(cell.params, None if cell.users is None else cell.users.text())}"
+
+
+def params_text(params: Labels, load: str | None = None) -> str:
+    """The workload and the load (``load``: said otherwise than by the parameters)."""
     rate = params.get("rate")
     lengths = f"input {params['input_tokens']} / output {params['output_tokens']} tokens"
     if (source := params.get("workload")) is not None:
         lengths = f"{source} ({lengths} per message)" if source.startswith("multi-turn") else f"{source} prompts"
+    if load is not None:
+        return f"{lengths}, {load}"
     if (schedule := params.get("schedule")) is not None:
         return f"{lengths}, {schedule}"
     return f"{lengths}, {load_text(params['concurrency'], rate)}"
@@ -142,9 +151,9 @@ def console_tables(summary: Summary) -> list[RichTable | str]:
         if cell.probe is not None:
             continue  # a search's probes are one table below
         if cell.metrics is None:
-            out.append(f"[{cell.number}] {params_text(cell.params)}: {cell.ending}")
+            out.append(f"{cell_title(cell)}: {cell.ending}")
             continue
-        table = RichTable(title=f"[{cell.number}] {params_text(cell.params)}", title_justify="left")
+        table = RichTable(title=cell_title(cell), title_justify="left")
         table.add_column("ms", style="bold", overflow="fold")
         for c in COLUMNS:
             table.add_column(c, justify="right", overflow="fold")
@@ -231,7 +240,7 @@ def render_markdown(summary: Summary) -> str:
         parts += [f"**Incomplete**: {summary.records_lost} measured requests could not be written to "
                   "records.jsonl (see the run's error); the figures leave them out.", ""]
     for cell in summary.cells:
-        parts += [f"## [{cell.number}] {params_text(cell.params)}", ""]
+        parts += [f"## {cell_title(cell)}", ""]
         if cell.metrics is None:
             parts += [cell.ending, ""]
             continue

@@ -84,6 +84,32 @@ class EarlyStop:
 
 
 @dataclass(frozen=True, slots=True)
+class AppliedUsers:
+    """The Locust users a test (or a step of its shape) actually ran: from how many to its peak,
+    how long the ramp to the peak took, the time-weighted mean, and how long it lasted."""
+
+    test: int  # the test's number in the run, from 1
+    first: int
+    peak: int
+    mean: float
+    ramp_s: float
+    duration_s: float
+
+    def text(self) -> str:
+        # a ramp shorter than a tenth of a second is the spawn of users at once
+        ramp = (f"{self.first} to {self.peak} users over {self.ramp_s:.1f} s"
+                if self.first != self.peak and self.ramp_s >= 0.1 else f"{self.peak} users")
+        return f"Locust test {self.test}: {ramp}, mean {self.mean:.1f} over {self.duration_s:.1f} s"
+
+    @classmethod
+    def from_dict(cls, data: object) -> AppliedUsers | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(int(data["test"]), int(data["first"]), int(data["peak"]), float(data["mean"]),
+                   float(data["ramp_s"]), float(data["duration_s"]))
+
+
+@dataclass(frozen=True, slots=True)
 class CellStatus:
     """One line of ``cells.jsonl``: how a cell ended, on which server."""
 
@@ -98,13 +124,14 @@ class CellStatus:
     cache_reset: str | None = None  # how the engine's prefix cache was emptied before the cell
     # measured requests of the cell whose record could not be written (a full or read-only disk)
     records_lost: int = 0
+    users: AppliedUsers | None = None  # a Locust test's users as they ran
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"cell": self.cell, "status": self.status}
         if self.status not in ("started", "set-aside"):
             out["reason"] = self.reason
             out["server"] = (self.server or ServerInfo()).to_dict()
-        for name in ("probe", "stopped_early"):
+        for name in ("probe", "stopped_early", "users"):
             if (value := getattr(self, name)) is not None:
                 out[name] = asdict(value)
         for name in ("template_tokens", "cache_reset"):
@@ -124,5 +151,5 @@ class CellStatus:
             stopped_early=EarlyStop(str(early.get("objective")), str(early.get("reason")))
             if isinstance(early, dict) else None,
             template_tokens=data.get("template_tokens"), cache_reset=data.get("cache_reset"),
-            records_lost=int(data.get("records_lost") or 0),
+            records_lost=int(data.get("records_lost") or 0), users=AppliedUsers.from_dict(data.get("users")),
         )

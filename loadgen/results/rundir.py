@@ -156,6 +156,7 @@ def cell_summary(
         request_bounds=RequestBounds.of(point.target.timeouts, cell.output_tokens),
         engine_gap=gaps,
         engine_cores=cores,
+        users=status.users,
     )
 
 

@@ -9,11 +9,11 @@ depend on the engine and on the matrix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from loadgen.data import Labels, Unchecked
-from loadgen.results.cellstatus import ServerInfo
+from loadgen.results.cellstatus import AppliedUsers, ServerInfo
 from loadgen.results.clienthealth import ClientHealth
 from loadgen.results.enginecores import EngineCores
 from loadgen.results.probe import CapacityAnswer, ProbeResult
@@ -279,6 +279,7 @@ class CellSummary:
     engine_gap: tuple[EngineGap, ...] = ()
     # the engine's cores on this host while the cell ran (None: not known, or not watched)
     engine_cores: EngineCores | None = None
+    users: AppliedUsers | None = None  # a Locust test's users as they ran (None: any other cell)
 
     @property
     def open_loop(self) -> bool:
@@ -313,6 +314,10 @@ class CellSummary:
             out["engine_cores"] = self.engine_cores.to_dict()
         else:
             del out["engine_cores"]
+        if self.users is None:
+            del out["users"]
+        else:
+            out["users"] = asdict(self.users)
         if self.probe is None:
             del out["probe"]
         else:
@@ -337,6 +342,7 @@ class CellSummary:
             request_bounds=RequestBounds.from_dict(data.get("request_bounds")),
             engine_gap=tuple(EngineGap.from_dict(g) for g in data.get("engine_gap") or ()),
             engine_cores=EngineCores.from_dict(data["engine_cores"]) if data.get("engine_cores") else None,
+            users=AppliedUsers.from_dict(data.get("users")),
         )
 
 

@@ -11,7 +11,8 @@ import pytest
 from loadgen.errors import ScenarioError, UsageError
 from loadgen.load.stream import StreamState
 from loadgen.locust.cli import LOCUSTFILE, SHAPEFILE, locust_command
-from loadgen.locust.plan import StepClock, locust_scenario, plan_for, rebase
+from loadgen.locust.plan import CellClock, locust_scenario, plan_for, rebase
+from loadgen.results.cellstatus import AppliedUsers
 from loadgen.locust.stats import CSV_COLUMNS, LiveStats, rows_csv
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.loader import parse_scenario
@@ -79,13 +80,27 @@ def test_rebase_moves_times_and_keeps_offsets() -> None:
     assert moved.chunk_tokens == (1, 1)
 
 
-def test_step_clock_assigns_requests_to_the_step_they_were_sent_in() -> None:
-    clock = StepClock()
+def test_each_test_and_each_step_is_a_cell_with_the_users_it_ran() -> None:
+    clock = CellClock()
     assert clock.cell_of(5.0) == 0
-    for start in (1.0, 11.0, 21.0):
-        clock.step_started(start)
-    assert [clock.cell_of(t) for t in (0.5, 1.0, 10.99, 11.0, 20.0, 21.0, 99.0)] == [0, 0, 0, 1, 1, 2, 2]
+    # test 1 from 1 s: users ramp 0 -> 2 -> 4 at 1 user/s and hold 4 until the stop at 11 s
+    clock.open(1.0, 0, new_test=True)
+    for t, users in ((1.0, 1), (2.0, 2), (3.0, 3), (4.0, 4), (8.0, 4)):
+        clock.see(t, users)
+    clock.close(11.0)
+    clock.see(12.0, 0)  # after the stop: not the test's
+    # test 2 at 21 s, 8 users at once; its shape's second step at 31 s, 16 users, running at 35 s
+    clock.open(21.0, 8, new_test=True)
+    clock.open(31.0, 16, new_test=False)
+    assert [clock.cell_of(t) for t in (0.5, 1.0, 10.99, 20.0, 21.0, 30.9, 31.0, 99.0)] == [0, 0, 0, 0, 1, 1, 2, 2]
     assert clock.cell_of(None) == 0
+    first, second, third = (seen.applied(35.0) for seen in clock.users)
+    # 1 x 1 + 2 x 1 + 3 x 1 + 4 x 7 = 34 user-seconds over the 10 s the test ran
+    assert first == AppliedUsers(test=1, first=1, peak=4, mean=3.4, ramp_s=3.0, duration_s=10.0)
+    assert first.text() == "Locust test 1: 1 to 4 users over 3.0 s, mean 3.4 over 10.0 s"
+    assert second == AppliedUsers(test=2, first=8, peak=8, mean=8.0, ramp_s=0.0, duration_s=10.0)
+    assert second.text() == "Locust test 2: 8 users, mean 8.0 over 10.0 s"
+    assert third == AppliedUsers(test=2, first=16, peak=16, mean=16.0, ramp_s=0.0, duration_s=4.0)
 
 
 def test_live_stats_by_hand() -> None:

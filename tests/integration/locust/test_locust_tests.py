@@ -1,0 +1,175 @@
+"""Locust driven as its users drive it, against ``loadgen sim``: two tests from the web UI's
+API are two cells (each labelled by the users it ran, each counted as the simulator counted
+it), Locust's downloadable report keeps working and carries the LLM figures, a shape ended
+by SIGTERM or ``timeout`` leaves a run directory ``loadgen report`` reads, and a scenario of
+200,000 prompts sends its first request at once."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from loadgen.results.records import read_records
+from loadgen.servers.launch import free_port
+from tests.conftest import StartSim, live_group_members
+from tests.integration.locust.test_locust import sim_requests
+
+ROOT = Path(__file__).parents[3]
+
+
+def scenario_file(tmp_path: Path, **load: object) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "tests", "workload": {"num_prompts": 50, "input_tokens": 8,
+                                                                   "output_tokens": 16}, "load": load}))
+    return path
+
+
+def wait_for(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(url, timeout=5, trust_env=False)
+            return
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, log.read_text()
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+
+
+def test_two_tests_from_the_web_ui_are_two_cells_and_the_report_renders(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=5)
+    port = free_port("127.0.0.1")
+    ui_url = f"http://127.0.0.1:{port}"
+    run_dir = tmp_path / "run"
+    log = tmp_path / "locust.log"
+    with log.open("w") as out:
+        ui = subprocess.Popen(
+            [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario_file(tmp_path)), "--host",
+             base_url, "--web-port", str(port), "--out", str(run_dir)],
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+        )
+    try:
+        wait_for(ui_url + "/llm/scenario", ui, log)
+        tab_counts = []
+        for users in (4, 2):
+            started = httpx.post(ui_url + "/swarm", data={"user_count": users, "spawn_rate": users, "host": base_url},
+                                 timeout=10, trust_env=False)
+            assert started.status_code == 200, started.text
+            time.sleep(3)
+            httpx.post(ui_url + "/stop", timeout=10, trust_env=False)
+            deadline = time.monotonic() + 30
+            while httpx.get(ui_url + "/stats/requests", timeout=10, trust_env=False).json()["state"] != "stopped":
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            time.sleep(0.5)
+            total = next(r for r in httpx.get(ui_url + "/llm/stats", timeout=10, trust_env=False).json()["rows"]
+                         if r["name"] == "Total")
+            tab_counts.append(total["requests"])
+            # per user, once stopped: the test's whole output tok/s over its peak users
+            assert total["tok_s_per_user"] == pytest.approx(total["output_tok_s"] / users, abs=0.11)
+        report = httpx.get(ui_url + "/stats/report?download=1", timeout=30, trust_env=False).text
+    finally:
+        ui.send_signal(signal.SIGTERM)
+        ui.wait(60)
+    assert live_group_members(ui.pid) == []
+    summary = json.loads((run_dir / "summary.json").read_text())
+    cells = summary["cells"]
+    every = list(read_records(run_dir / "records.jsonl"))
+    records = [r for r in every if r.error != "cancelled"]  # a stop cuts short those in flight
+    # two tests, two cells: each with its own users, and together every request the simulator
+    # took after the two calibration probes
+    assert len(cells) == 2
+    assert [c["users"]["test"] for c in cells] == [1, 2]
+    assert [c["users"]["peak"] for c in cells] == [4, 2]
+    assert [c["params"]["concurrency"] for c in cells] == [4, 2]
+    per_cell = [sum(1 for r in records if r.cell == i) for i in (0, 1)]
+    assert [c["metrics"]["completed"] for c in cells] == per_cell
+    assert sum(per_cell) == len(records)
+    assert len(every) == sim_requests(base_url) - 2
+    # each test's LLM tab counted that test alone, as Locust's own statistics do
+    assert tab_counts == per_cell
+    # a test's duration is its own: about 3 s each, not the run's span with the idle gap between
+    assert all(2.5 < c["users"]["duration_s"] < 5 for c in cells), cells
+    assert "Locust test 2: 2 users" in (run_dir / "report.md").read_text()
+    # Locust's report: its own scripts untouched (the text </body> inside them included), the
+    # LLM figures as a static block before the page's own end, and no loadgen script
+    assert '<script src="./llm/charts.js">' not in report
+    assert report.rstrip().endswith("</html>")
+    block = report[report.index('<section id="loadgen-llm"'):]
+    assert re.fullmatch(r'<section id="loadgen-llm".*</section>\s*</body>\s*</html>\s*', block, re.S)
+    assert f"<tr><th>Requests</th><td>{per_cell[1]}</td></tr>" in block
+    assert "<th>TTFT</th>" in block
+    assert report.count("</body>") == 2  # the page's, and the one in Locust's chart code
+
+
+@pytest.mark.parametrize("how", ["sigterm", "timeout"])
+def test_a_shape_ended_by_a_signal_leaves_a_run_directory_report_reads(start_sim: StartSim, tmp_path: Path,
+                                                                      how: str) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=5)
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "loadgen", "locust", "--shape", "--scenario",
+           str(scenario_file(tmp_path, concurrency=[2, 4, 8], duration_s=30)), "--host", base_url, "--headless",
+           "--step-time", "2", "--out", str(run_dir), "--only-summary"]
+    if how == "timeout":
+        proc = subprocess.run(["timeout", "5", *cmd], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert proc.returncode == 124, proc.stderr[-2000:]
+        err = proc.stderr
+    else:
+        popen = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        time.sleep(5)
+        popen.send_signal(signal.SIGTERM)
+        _, err = popen.communicate(timeout=60)
+        assert popen.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    report = subprocess.run([sys.executable, "-m", "loadgen", "report", str(run_dir)], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT)
+    assert report.returncode == 0, report.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    # --step-time 2 wins over the scenario's 30 s: a step of 2 s, and the stop (5 s after the
+    # start, which takes a second or two) came in the second step or the third
+    steps = [c["params"]["concurrency"] for c in summary["cells"]]
+    assert steps in ([2, 4], [2, 4, 8]), steps
+    assert summary["cells"][0]["users"]["duration_s"] == pytest.approx(2.0, abs=0.3)
+    assert "Locust test 1: 4 users" in report.stdout
+    measured = [r for r in read_records(run_dir / "records.jsonl") if r.error != "cancelled"]
+    assert sum(c["metrics"]["completed"] for c in summary["cells"]) == len(measured) > 0
+
+
+def test_200000_prompts_send_at_once_and_memory_does_not_grow_with_them(start_sim: StartSim, tmp_path: Path) -> None:
+    """6 users, each request 20 + 15 x 5 = 95 ms on the simulator: 6 x 10 s / 0.095 s = 631
+    requests fit in 10 s. Made ahead, 200,000 prompts held the users back for seconds."""
+    base_url = start_sim(ttft_ms=20, itl_ms=5)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "many", "workload": {"num_prompts": 200_000, "input_tokens": 64,
+                                                                  "output_tokens": 16}}))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadgen", "locust", "--scenario", str(path), "--host", base_url, "--headless",
+         "-u", "6", "-r", "6", "-t", "10s", "--stop-timeout", "5", "--out", str(run_dir), "--only-summary"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    rss = []
+    for at in (3, 9):
+        time.sleep(at - (3 if rss else 0))
+        locusts = [p for p in psutil.Process(proc.pid).children(recursive=True) if "locust" in " ".join(p.cmdline())]
+        rss.append(sum(p.memory_info().rss for p in locusts))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    records = [r for r in read_records(run_dir / "records.jsonl") if r.ok]
+    first = min(r.sent_at for r in records if r.sent_at is not None)
+    in_ten = sum(1 for r in records if r.done_at is not None and r.done_at - first <= 10.0)
+    assert in_ten >= 0.85 * 631, in_ten
+    # the prompts are made as they are sent: between 3 s and 9 s the Locust process grew by
+    # under 30 MiB (200,000 prompts of 64 words made ahead are over 60 MiB)
+    assert rss[1] - rss[0] < 30 << 20, rss
