@@ -12,8 +12,8 @@ from loadgen.errors import ScenarioError, UsageError
 from loadgen.load.stream import StreamState
 from loadgen.locust.cli import LOCUSTFILE, SHAPEFILE, locust_command
 from loadgen.locust.plan import CellClock, locust_scenario, plan_for, rebase
-from loadgen.results.cellstatus import AppliedUsers
 from loadgen.locust.stats import CSV_COLUMNS, LiveStats, rows_csv
+from loadgen.results.cellstatus import AppliedUsers
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import expand_cells
