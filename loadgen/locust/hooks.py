@@ -25,7 +25,7 @@ from loadgen.data import Unchecked
 from loadgen.errors import LoadgenError
 from loadgen.locust.plan import RunDirSink
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, WorkerReport, log, now_s
-from loadgen.locust.stats import CSV_COLUMNS, ENTRIES, report_section, rows_csv
+from loadgen.locust.stats import ENTRIES, TAB_COLUMNS, report_section, rows_csv, tab_rows
 from loadgen.locust.transport import STOP_FILE_ENV
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.provenance import Provenance
@@ -231,7 +231,7 @@ def _extend_web_ui(environment: Environment) -> None:
     assert web_ui.app is not None
     web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": "llm"}]
     web_ui.template_args["extended_tables"] = [
-        {"key": "llm", "structure": [{"key": k, "title": title} for k, title in CSV_COLUMNS]}
+        {"key": "llm", "structure": [{"key": k, "title": title} for k, title in TAB_COLUMNS]}
     ]
     web_ui.template_args["extended_csv_files"] = [
         {"href": "./llm/stats/csv", "title": "Download LLM statistics CSV (tokens/s per worker and total)"}
@@ -241,7 +241,7 @@ def _extend_web_ui(environment: Environment) -> None:
     def _add_llm_stats(response: Response) -> Response:
         if request.path.endswith("/stats/requests") and response.is_json:
             data = response.get_json()
-            data["extended_stats"] = [{"key": "llm", "data": STATE.rows()}]
+            data["extended_stats"] = [{"key": "llm", "data": tab_rows(STATE.rows())}]
             response.set_data(orjson.dumps(data))
         return response
 
@@ -278,7 +278,9 @@ def _extend_web_ui(environment: Environment) -> None:
     @web_ui.app.route("/llm/history")
     @web_ui.auth_required_if_enabled
     def _llm_history() -> Any:
-        return jsonify({"window_s": STATE.live.window_s, "points": STATE.live.history})
+        runner = environment.runner
+        return jsonify({"window_s": STATE.live.window_s, "points": STATE.live.history,
+                        "state": runner.state if runner is not None else "ready"})
 
     @web_ui.app.route("/llm/scenario")
     @web_ui.auth_required_if_enabled

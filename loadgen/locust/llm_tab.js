@@ -1,7 +1,8 @@
 // loadgen's additions to Locust's web UI, loaded by the start page:
 // - under the start form, the scenario the users will send (API, model, lengths);
 // - on the LLM tab, live charts of the run from /llm/history (one point every 2 s): output
-//   tokens/s, requests/s, TTFT p50/p99, TPOT p50, ITL p99 and users. Every y axis starts at 0.
+//   tokens/s, requests/s, TTFT p50/p99, TPOT p50, ITL p99 and users. Every y axis starts at 0;
+//   each chart has a legend, time ticks, the values under the pointer, and says "stopped".
 // Plain SVG, no library: the page stays usable offline.
 (function () {
   "use strict";
@@ -34,9 +35,25 @@
     return Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
   }
 
-  // one chart: time (s since the first point) against the series, y from 0
-  function chart(spec, points) {
-    const W = 380, H = 190, L = 48, R = 10, T = 28, B = 26;
+  // time ticks: a round step giving at most 6 ticks, labelled in s, or m:ss past a minute
+  function timeTicks(tMax) {
+    const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+    const step = steps.find(s => tMax / s <= 6) || 7200;
+    const out = [];
+    for (let t = 0; t <= tMax + 1e-9; t += step) out.push(t);
+    return out;
+  }
+
+  function timeText(t) {
+    if (t < 60) return `${t.toFixed(0)} s`;
+    const m = Math.floor(t / 60), sec = Math.round(t - 60 * m);
+    return `${m}:${String(sec).padStart(2, "0")}`;
+  }
+
+  // one chart: time (s since the first point) against the series, y from 0; a legend, time
+  // ticks, the values of the point under the pointer, and "stopped" once the test is
+  function chart(spec, points, stopped) {
+    const W = 380, H = 206, L = 48, R = 10, T = 42, B = 26;
     const svg = el("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "loadgen-chart"});
     const t0 = points.length ? points[0].t : 0;
     const tMax = Math.max(points.length ? points[points.length - 1].t - t0 : 0, 10);
@@ -46,17 +63,31 @@
     const x = t => L + (W - L - R) * (t - t0) / tMax;
     const y = v => H - B - (H - T - B) * v / yMax;
     const last = points.length ? points[points.length - 1] : {};
-    const now = spec.series.map(([key, name]) => `${name} ${fmt(last[key])}`).join(", ");
+    const values = p => spec.series.length === 1 ? fmt(p[spec.series[0][0]])
+      : spec.series.map(([key, name]) => `${name} ${fmt(p[key])}`).join(", ");
     svg.appendChild(el("text", {x: L, y: 14, "font-size": 13, "font-weight": 600}, `${spec.title}`));
-    svg.appendChild(el("text", {x: W - R, y: 14, "font-size": 11, "text-anchor": "end", fill: "#555"},
-                       points.length ? `now: ${now} ${spec.unit}` : "waiting for requests"));
+    const status = !points.length ? "waiting for requests"
+      : stopped ? `stopped; last: ${values(last)} ${spec.unit}` : `now: ${values(last)} ${spec.unit}`;
+    svg.appendChild(el("text", {x: W - R, y: 14, "font-size": 11, "text-anchor": "end", fill: "#555",
+                                class: "loadgen-status"}, status));
+    // the legend: a swatch and a name per series
+    let lx = L;
+    for (const [, name, colour] of spec.series) {
+      svg.appendChild(el("line", {x1: lx, x2: lx + 14, y1: 29, y2: 29, stroke: colour, "stroke-width": 2.5}));
+      const label = el("text", {x: lx + 18, y: 33, "font-size": 11, class: "loadgen-legend"}, `${name} (${spec.unit})`);
+      svg.appendChild(label);
+      lx += 26 + 7 * (name.length + spec.unit.length + 3);
+    }
     for (let i = 0; i <= 4; i++) {
       const v = yMax * i / 4;
       svg.appendChild(el("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#ddd"}));
       svg.appendChild(el("text", {x: L - 4, y: y(v) + 4, "font-size": 10, "text-anchor": "end"}, fmt(v)));
     }
-    svg.appendChild(el("text", {x: L, y: H - 6, "font-size": 10}, "0 s"));
-    svg.appendChild(el("text", {x: W - R, y: H - 6, "font-size": 10, "text-anchor": "end"}, `${tMax.toFixed(0)} s`));
+    for (const t of timeTicks(tMax)) {
+      svg.appendChild(el("line", {x1: x(t0 + t), x2: x(t0 + t), y1: H - B, y2: H - B + 4, stroke: "#999"}));
+      svg.appendChild(el("text", {x: x(t0 + t), y: H - 8, "font-size": 10, "text-anchor": "middle",
+                                  class: "loadgen-tick"}, timeText(t)));
+    }
     for (const [key, , colour] of spec.series) {
       const pts = points.filter(p => p[key] !== null).map(p => `${x(p.t).toFixed(1)},${y(p[key]).toFixed(1)}`);
       if (pts.length) {
@@ -64,6 +95,29 @@
                                         class: "loadgen-series", "data-key": key}));
       }
     }
+    // hover: the point nearest the pointer, its time and values
+    const cursor = el("line", {y1: T, y2: H - B, stroke: "#888", "stroke-dasharray": "3 3", visibility: "hidden"});
+    const tip = el("text", {x: L + 4, y: T + 10, "font-size": 11, fill: "#222", visibility: "hidden",
+                            class: "loadgen-hover"});
+    const area = el("rect", {x: L, y: T, width: W - L - R, height: H - T - B, fill: "transparent"});
+    area.addEventListener("mousemove", ev => {
+      if (!points.length) return;
+      const box = svg.getBoundingClientRect();
+      const sx = (ev.clientX - box.left) * W / box.width;  // the pointer in the chart's own units
+      const t = t0 + (sx - L) / (W - L - R) * tMax;
+      let best = points[0];
+      for (const p of points) if (Math.abs(p.t - t) < Math.abs(best.t - t)) best = p;
+      cursor.setAttribute("x1", x(best.t));
+      cursor.setAttribute("x2", x(best.t));
+      cursor.setAttribute("visibility", "visible");
+      tip.textContent = `${timeText(best.t - t0)}: ${values(best)} ${spec.unit}`;
+      tip.setAttribute("visibility", "visible");
+    });
+    area.addEventListener("mouseleave", () => {
+      cursor.setAttribute("visibility", "hidden");
+      tip.setAttribute("visibility", "hidden");
+    });
+    svg.append(cursor, tip, area);
     return svg;
   }
 
@@ -89,7 +143,9 @@
       anchor.insertAdjacentElement("afterend", box);
     }
     const data = await (await fetch("./llm/history")).json();
-    box.replaceChildren(...CHARTS.map(spec => chart(spec, data.points)));
+    const stopped = data.state === "stopped" || data.state === "ready";
+    box.replaceChildren(...CHARTS.map(spec => chart(spec, data.points, stopped)));
+    box.dataset.state = data.state;
     box.dataset.points = String(data.points.length);
     box.title = `each point: the last ${data.window_s} s of requests`;
   }

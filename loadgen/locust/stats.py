@@ -209,6 +209,7 @@ def _row(name: str, c: _Counts, recent: float | None, users: int | None, *, stop
         "output_tokens": c.output_tokens,
         "prompt_tokens": c.prompt_tokens,
         "output_tok_s": round(overall, 1),
+        "requests_s": round(c.requests / span, 2) if span > 0 else None,
         "recent_tok_s": None if recent is None else round(recent, 1),
         "tok_s_per_user": (round(overall / users, 1) if stopped and users and span > 0
                            else round(recent / users, 1) if recent is not None and users and not stopped else None),
@@ -225,6 +226,7 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("output_tokens", "Output tokens"),
     ("prompt_tokens", "Prompt tokens"),
     ("output_tok_s", "Output tok/s (whole run)"),
+    ("requests_s", "Requests/s (whole run)"),
     ("recent_tok_s", "Output tok/s (last 10 s)"),
     ("tok_s_per_user", "Output tok/s per user"),
     ("stream_tok_s", "Decode tok/s per stream"),
@@ -271,3 +273,29 @@ def report_section(rows: list[Row]) -> str:
         f'<table style="{table}">{counts}</table>'
         f'<table style="{table}"><tr><th></th>{head}</tr>{latency}</table></section>'
     )
+
+
+# the LLM tab: metrics as rows, statistics as columns
+TAB_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("metric", "Metric"), ("value", "Value"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"),
+)
+TAB_VALUES: tuple[tuple[str, str], ...] = (
+    ("output_tok_s", "Output tokens/s (whole test)"), ("requests_s", "Requests/s (whole test)"),
+    ("recent_tok_s", "Output tokens/s (last 10 s)"), ("tok_s_per_user", "Output tokens/s per user"),
+    ("stream_tok_s", "Decode tokens/s per stream"), ("requests", "Requests"), ("failures", "Failures"),
+    ("failure_classes", "Failure classes"), ("output_tokens", "Output tokens"), ("prompt_tokens", "Prompt tokens"),
+)
+
+
+def tab_rows(rows: list[Row]) -> list[Row]:
+    """The LLM tab's rows from the table's: the total's figures one per row, then each
+    latency's p50 / p90 / p99 (ms), then each worker's output tokens/s and requests."""
+    total = next((r for r in rows if r.get("name") == "Total"), {})
+    out: list[Row] = [{"metric": title, "value": total.get(key)} for key, title in TAB_VALUES]
+    out += [{"metric": f"{k.upper()} (ms)", **{f"p{q}": total.get(f"{k}_p{q}_ms") for q in QUANTILES}}
+            for k in PERCENTILES]
+    for row in rows:
+        if row.get("name") != "Total":
+            out += [{"metric": f"{row['name']}: output tokens/s", "value": row.get("output_tok_s")},
+                    {"metric": f"{row['name']}: requests", "value": row.get("requests")}]
+    return out

@@ -16,7 +16,7 @@ import pytest
 
 from loadgen.results.records import read_records
 from loadgen.servers.launch import free_port
-from tests.browser import browser_fixture, keep_screenshots, wait_for
+from tests.browser import browser_fixture, console_errors, keep_screenshots, wait_for
 from tests.conftest import StartSim
 
 By = pytest.importorskip("selenium.webdriver.common.by", reason="pip install selenium (the test extra)").By
@@ -114,18 +114,87 @@ def test_locust_counts_requests_and_the_llm_tab_charts_the_run(
         rows = lambda: browser.execute_script(  # noqa: E731
             "return Array.from(document.querySelectorAll('tr'), r => Array.from(r.cells, c => c.textContent))"
         )
-        total = wait_for(lambda: next((r for r in rows() if r and r[0] == "Total"), None))
+        # the LLM tab: metrics as rows, statistics as columns, output tokens/s and requests/s first
+        headers = wait_for(lambda: next((r for r in rows() if r and r[0] == "Metric"), None))
+        assert headers == ["Metric", "Value", "p50", "p90", "p99"]
+        table = {r[0]: r[1:] for r in rows() if r and r[0] != "Metric"}
+        names = [r[0] for r in rows() if r and r[0] != "Metric"]
+        assert names[:2] == ["Output tokens/s (whole test)", "Requests/s (whole test)"]
+        assert {"TTFT (ms)", "TPOT (ms)", "ITL (ms)", "E2E (ms)"} <= set(table)
+        assert 45 <= float(table["TTFT (ms)"][1]) <= 80  # p50 of the simulator's 50 ms
         # after the stop the per-user figure is per user of the peak, not blank
-        headers = next(r for r in rows() if r and r[0] == "Name")
-        assert total[headers.index("Output tok/s per user")] not in ("", "-")
+        wait_for(lambda: {r[0]: r[1:] for r in rows() if r}.get("Output tokens/s per user", ["-"])[0] not in ("", "-"))
         wait_for(lambda: "STOPPED" in browser.find_element(By.TAG_NAME, "header").text.upper())
-        time.sleep(2.5)  # the charts' next draw, after the stop
+        # the charts: a legend per chart, time ticks in seconds, "stopped" once stopped, and
+        # the values of the point under the pointer
+        wait_for(lambda: browser.execute_script(
+            "return document.getElementById('loadgen-llm-charts').dataset.state") == "stopped", timeout=10)
+        statuses = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.loadgen-status'), e => e.textContent)")
+        assert len(statuses) == 6
+        assert all(t.startswith("stopped; last: ") for t in statuses), statuses
+        legends = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.loadgen-legend'), e => e.textContent)")
+        assert "p99 (ms)" in legends
+        assert "users (users)" in legends
+        ticks = browser.execute_script(
+            "return Array.from(document.querySelectorAll('svg.loadgen-chart')[0].querySelectorAll('.loadgen-tick'),"
+            " e => e.textContent)")
+        assert ticks[0] == "0 s"
+        assert len(ticks) >= 3
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        def hovered() -> str | None:
+            # the pointer over the TTFT chart (redrawn every 2 s: tried again until one draw shows it)
+            ActionChains(browser).move_by_offset(1, 0).perform()
+            ActionChains(browser).move_to_element(browser.find_elements(By.CSS_SELECTOR, "svg.loadgen-chart")[2]).perform()
+            return browser.execute_script(
+                "const t = document.querySelectorAll('svg.loadgen-chart')[2].querySelector('.loadgen-hover');"
+                "return t.getAttribute('visibility') === 'visible' ? t.textContent : null")
+
+        hover = wait_for(hovered, timeout=10)
+        assert "p50" in hover  # two series: each named
+        assert hover.endswith(" ms")
         browser.save_screenshot(str(tmp_path / "llm-stopped.png"))
+
+        # a second test from the form: a cell of its own, and the LLM tab counts it alone
+        new = next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip().upper() == "NEW")
+        new.click()
+        field = wait_for(lambda: browser.find_elements(By.NAME, "userCount"))[0]
+        field.send_keys(Keys.CONTROL, "a")
+        field.send_keys("4")
+        wait_for(lambda: [b for b in browser.find_elements(By.CSS_SELECTOR, "button[type=submit]") if b.is_displayed()]
+                 )[0].click()
+        time.sleep(6)
+        stop = next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip().upper() == "STOP")
+        stop.click()
+        wait_for(lambda: len(json.loads((run_dir / "summary.json").read_text())["cells"]) == 2)
+        cells = json.loads((run_dir / "summary.json").read_text())["cells"]
+        assert [c["users"]["peak"] for c in cells] == [16, 4]
+        second = sum(1 for r in read_records(run_dir / "records.jsonl") if r.cell == 1 and r.ok)
+        assert cells[1]["metrics"]["completed"] == second > 0
+        tab_total = next(r for r in httpx.get(url + "llm/stats", trust_env=False).json()["rows"] if r["name"] == "Total")
+        assert tab_total["requests"] == second + sum(
+            1 for r in read_records(run_dir / "records.jsonl") if r.cell == 1 and not r.ok and r.error != "cancelled")
+
+        # Locust's own report: it renders (its charts drawn, no script shown as text, no console
+        # error) with the LLM figures of the last test
+        errors_before = len(console_errors(browser))
+        browser.get(url + "stats/report")
+        wait_for(lambda: browser.find_elements(By.ID, "loadgen-llm"))
+        text = browser.find_element(By.TAG_NAME, "body").text
+        assert "Object.create" not in text
+        assert "window.templateArgs" not in text
+        assert "LLM (loadgen)" in text
+        assert f"Requests\n{tab_total['requests']}" in text or f"Requests {tab_total['requests']}" in text
+        wait_for(lambda: browser.execute_script("return document.querySelectorAll('canvas, svg').length") > 0)
+        assert console_errors(browser)[errors_before:] == []
+        browser.save_screenshot(str(tmp_path / "report.png"))
     finally:
         ui.terminate()
         ui.wait(timeout=30)
         keep_screenshots(tmp_path)
-    for png in ("start.png", "llm-running.png", "llm-stopped.png"):
+    for png in ("start.png", "llm-running.png", "llm-stopped.png", "report.png"):
         assert (tmp_path / png).stat().st_size > 10_000
 
 
