@@ -20,7 +20,7 @@ from loadgen.load.dispatch import LoadPlan, run_load
 from loadgen.load.sampling import MetricsScraper
 from loadgen.load.schedule import Arrivals, iter_offsets, ramp_offsets, vllm_offsets
 from loadgen.load.selfcheck import ClientMonitor
-from loadgen.load.sessions import SessionPool, SessionRunner, Turns
+from loadgen.load.sessions import SessionPool, SessionRunner
 from loadgen.load.target import unusable
 from loadgen.load.workers import resolve_workers, run_workers, worker_jobs
 from loadgen.results.cellstatus import ServerInfo
@@ -31,6 +31,7 @@ from loadgen.scenario.schema import Scenario
 from loadgen.servers.launch import LaunchedServer
 from loadgen.workload.payload import PreparedRequest
 from loadgen.workload.prompts import RequestPool, TextCalibration, calibration_from, calibration_requests
+from loadgen.workload.sessions import Turns
 
 
 class AbortRule:

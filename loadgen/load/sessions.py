@@ -14,20 +14,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from loadgen.load.client import StreamingClient
 from loadgen.results.records import RequestRecord
-from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
-from loadgen.workload.prompts import RequestMaker
-
-
-@dataclass(frozen=True, slots=True)
-class Turns:
-    maker: RequestMaker
-    turns: int
-    think_time_s: float
-    system_tokens: int = 0
+from loadgen.workload.payload import PreparedRequest
+from loadgen.workload.sessions import Turns, next_message, session_start, turn_body
 
 
 class SessionPool:
@@ -53,13 +44,7 @@ class SessionRunner:
         self.turns = turns
 
     def body(self, history: list[dict[str, str]], max_tokens: int) -> bytes:
-        m = self.turns.maker
-        payload = build_payload(
-            "chat", m.model, Prompt(None, messages=tuple(history)), max_tokens, sampling=m.sampling,
-            ignore_eos=m.ignore_eos, min_tokens=m.min_tokens,
-            continuous_usage_stats=m.target.continuous_usage_stats, target=m.target,
-        )
-        return encode_payload(payload)
+        return turn_body(self.turns.maker, history, max_tokens)
 
     async def send(
         self, req: PreparedRequest, session: int, scheduled_ns: int, emit: Callable[[RequestRecord], None],
@@ -67,21 +52,12 @@ class SessionRunner:
     ) -> None:
         """Session ``session``: its turns one after another; it ends early at a failed turn."""
         m, k = self.turns.maker, self.turns.turns
-        history: list[dict[str, str]] = []
-        # prompt content is drawn per (session, slot): slots 0..k-1 the turns, slot k the system prompt
-        per_word = m.prompts.calibration.per_word  # a message's content is sized without the template's tokens
-        if self.turns.system_tokens:
-            words = max(1, round(self.turns.system_tokens / per_word))
-            system = m.prompts.text(words, m.cell, m.stream, session * (k + 1) + k)
-            history.append({"role": "system", "content": system})
+        history = session_start(self.turns, session)
         hold = self.client.holder()
         try:
             for t in range(k):
                 index = session * k + t
-                slot = session * (k + 1) + t
-                inp, out = m.lengths(slot)
-                history.append({"role": "user", "content": m.prompts.text(max(1, round(inp / per_word)), m.cell,
-                                                                          m.stream, slot)})
+                out = next_message(self.turns, session, t, history)
                 turn = PreparedRequest(m.cell, self.body(history, out), None, out, warmup=req.warmup, turn=t)
                 answer: list[str] = []
                 seen: list[RequestRecord] = []

@@ -60,6 +60,7 @@ def _init(environment: Environment, **_: Any) -> None:
     except LoadgenError as exc:
         _fail(str(exc))
     if isinstance(environment.runner, WorkerRunner):
+        environment.runner.register_message(SHARE_MESSAGE, _share)
         return
     out = getattr(opts, "loadgen_out", None)
     if out:
@@ -90,6 +91,14 @@ def _stop_shape(environment: Environment) -> None:
         gevent.spawn(environment.runner.quit)
 
 
+SHARE_MESSAGE = "loadgen-share"
+
+
+def _share(environment: Environment, msg: Any, **_: Any) -> None:
+    """A worker told its share of the test starting: (its index, the workers' count)."""
+    STATE.new_share(int(msg.data["index"]), int(msg.data["count"]))
+
+
 def _fail(message: str) -> None:
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
@@ -99,8 +108,16 @@ def _fail(message: str) -> None:
 @events.test_start.add_listener
 def _test_start(environment: Environment, **_: Any) -> None:
     STATE.stopping = False
-    if not isinstance(environment.runner, WorkerRunner):
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        # each worker's share of a dataset, before its users spawn (messages arrive in order)
+        workers = sorted((c for c in runner.clients.all if c.state != "missing"), key=lambda c: c.id)
+        for i, client in enumerate(workers):
+            runner.send_message(SHARE_MESSAGE, {"index": i, "count": len(workers)}, client_id=client.id)
+    if not isinstance(runner, WorkerRunner):
         STATE.test_started()
+    if not isinstance(runner, (WorkerRunner, MasterRunner)):
+        STATE.new_share(0, 1)  # one process sends the whole dataset, from its first entry again
     opts = environment.parsed_options
     source = getattr(opts, "scenario", None)
     overrides = list(getattr(opts, "loadgen_set", None) or [])

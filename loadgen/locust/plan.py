@@ -54,6 +54,17 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
             f"{source}: load.rate -> Locust users are closed-loop (each sends its next request when "
             "the last one ends); remove load.rate and set users with -u or load.concurrency"
         )
+    if w.trace is not None:
+        raise ScenarioError(
+            f"{source}: workload.trace -> a trace is replayed at its own times (open loop), which Locust's "
+            "closed-loop users cannot do; replay it with loadgen run"
+        )
+    if ld.ramp_up is not None or ld.stages:
+        key = "ramp_up" if ld.ramp_up is not None else "stages"
+        raise ScenarioError(
+            f"{source}: load.{key} -> Locust sets the load by its users: use --shape with load.concurrency "
+            "steps, or Locust's -u and -r"
+        )
     steps = tuple(c for c in ld.concurrency if c is not None)
     if len(steps) != len(ld.concurrency):
         raise ScenarioError(

@@ -73,6 +73,10 @@ class _State:
         self.cells = CellClock()
         self.sink: RunDirSink | None = None
         self.peak_users = 0  # of the test running, or of the last one
+        # this process's share of a dataset: (index, count) of the processes sending it
+        self.share = (0, 1)
+        self.exhausted_said = False
+        self.in_flight = 0  # requests this process's users are sending now
         self.model: str | None = None
         self.closed = False
         self.failed = False
@@ -96,8 +100,36 @@ class _State:
                 process = (int(getattr(runner, "worker_index", -1)) + 1) % 1024  # 0: the master or one process
                 seed = self.plan.scenario.seed
                 self.bench = build_workbench(self.plan, host, secrets.randbits(63) if seed is None else seed, process)
+                self.bench.share(*self.share)
                 self.model = self.bench.model
             return self.bench
+
+    def new_share(self, index: int, count: int) -> None:
+        """A test starts: this process sends entries index, index + count, ... of a dataset."""
+        self.share = (index, count)
+        self.exhausted_said = False
+        if self.bench is not None:
+            self.bench.share(index, count)
+
+    def exhausted(self) -> None:
+        """Every entry of this process's share of the dataset is sent: its users stop; one
+        process alone ends the test (a worker's master ends it by its own rules)."""
+        if self.exhausted_said:
+            return
+        self.exhausted_said = True
+        bench = self.bench
+        log.info("loadgen: every entry of the dataset (%s) sent once in this test: the users stop",
+                 bench.entries if bench is not None else "?")
+        runner = self.env.runner if self.env is not None else None
+        if runner is not None and not isinstance(runner, (WorkerRunner, MasterRunner)):
+            headless = bool(getattr(self.env.parsed_options, "headless", False)) if self.env is not None else False
+
+            def finish() -> None:
+                while self.in_flight > 0:  # the other users' last entries are measured, not cut short
+                    gevent.sleep(0.02)
+                (runner.quit if headless else runner.stop)()
+
+            gevent.spawn(finish)
 
     def give_up(self, message: str) -> None:
         """Nothing can be sent (no server, no model): say it once and end the test."""

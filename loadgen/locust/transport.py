@@ -34,7 +34,9 @@ from loadgen.workload.prompts import (
     calibration_requests,
     needs_calibration,
     prepare_requests,
+    read_sources,
 )
+from loadgen.workload.sessions import Turns
 
 
 @dataclass
@@ -49,6 +51,16 @@ class Workbench:
     pool: RequestPool
     calibration: TextCalibration
     next_prompt: itertools.count[int] = field(default_factory=itertools.count)
+    # a dataset's entries: each sent once per test, shared out between the workers (None:
+    # generated prompts, never a repeat)
+    entries: int | None = None
+    next_entry: itertools.count[int] = field(default_factory=itertools.count)
+    turns: Turns | None = None  # multi-turn sessions: each user runs whole sessions
+    next_session: itertools.count[int] = field(default_factory=itertools.count)
+
+    def share(self, index: int, count: int) -> None:
+        """This process's share of a dataset for the test starting: entries index, index + count, ..."""
+        self.next_entry = itertools.count(index, count)
 
 
 def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Workbench:
@@ -76,10 +88,15 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
     finally:
         http.close()
     cell = Cell(process, plan.input_tokens, plan.output_tokens, None, None, plan.scenario)
+    w = plan.scenario.workload
+    sources = read_sources(plan.scenario, seed, None) if w.source != "generated" else None
     # none made ahead: the users' first requests go out at once whatever num_prompts is, and
     # memory does not grow with it
-    pool = prepare_requests(cell, model, calibration, seed, Stream.LOCUST, count=0)
-    return Workbench(base, url.request_uri, headers, t, model, pool, calibration)
+    pool = prepare_requests(cell, model, calibration, seed, Stream.LOCUST, count=0, sources=sources)
+    turns = None if w.multi_turn is None else Turns(pool.maker, w.multi_turn.turns, w.multi_turn.think_time_s,
+                                                     w.multi_turn.system_tokens)
+    return Workbench(base, url.request_uri, headers, t, model, pool, calibration,
+                     entries=len(sources.samples) if sources is not None else None, turns=turns)
 
 
 # the user:password of a --host, kept out of Locust's command line and web page, for the users

@@ -29,6 +29,8 @@ from loadgen.locust.stats import LLM
 from loadgen.locust.transport import Workbench, open_client, stream_request
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.schema import default_total_s
+from loadgen.workload.payload import PreparedRequest
+from loadgen.workload.sessions import Turns, next_message, session_start, turn_body
 
 __all__ = ["LLMUser", "ScenarioSteps", "STATE", "LLMRequestFailed", "hooks"]
 
@@ -89,11 +91,43 @@ class LLMUser(User):
             raise StopUser()
         if STATE.stopping:
             return
-        req = bench.pool[next(bench.next_prompt)]  # a new prompt every time, never a repeat
+        if bench.turns is not None:
+            self.session(bench, bench.turns)
+            return
+        if bench.entries is not None:
+            i = next(bench.next_entry)  # this process's share of the dataset, each entry once a test
+            if i >= bench.entries:
+                STATE.exhausted()
+                raise StopUser()
+        else:
+            i = next(bench.next_prompt)  # a new prompt every time, never a repeat
+        self.send(bench, bench.pool[i])
+
+    def session(self, bench: Workbench, turns: Turns) -> None:
+        """One whole multi-turn session on this user: each turn sends the conversation so far
+        with the answers the server gave, after the think time; a failed turn ends it."""
+        s = next(bench.next_session)
+        history = session_start(turns, s)
+        m = turns.maker
+        for t in range(turns.turns):
+            out = next_message(turns, s, t, history)
+            answer: list[str] = []
+            record = self.send(bench, PreparedRequest(m.cell, turn_body(m, history, out), None, out, turn=t),
+                               answer=answer)
+            if record is None or not record.ok or STATE.stopping:
+                return
+            history.append({"role": "assistant", "content": "".join(answer)})
+            if t + 1 < turns.turns and turns.think_time_s > 0:
+                gevent.sleep(turns.think_time_s)
+
+    def send(self, bench: Workbench, req: PreparedRequest, answer: list[str] | None = None) -> RequestRecord | None:
+        """One streamed request, reported to Locust and recorded; ``answer`` collects its text."""
         request_id = next(STATE.request_ids)
         t = bench.timeouts
         total = t.total_s if t.total_s is not None else default_total_s(req.max_tokens)
         st = StreamState(t.first_token_s, total, req.max_tokens)
+        st.answer = answer
+        STATE.in_flight += 1
         try:
             error, detail, body_bytes = stream_request(
                 self.http, bench.path, req.body, bench.headers, bench.timeouts, st)
@@ -104,6 +138,8 @@ class LLMUser(User):
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the request sent is on record
             error, detail, body_bytes = "malformed", f"{type(exc).__name__}: {str(exc)[:200]}", 0
             st.done_ns = st.done_ns or time.perf_counter_ns()
+        finally:
+            STATE.in_flight -= 1
         if st.retries and bench.headers.get("Connection") != "close":
             # the server closes its connections after each answer: from now on every request
             # opens its own (and its TTFT includes the connect), as for every client of it
@@ -114,6 +150,7 @@ class LLMUser(User):
         end = st.done_ns or time.perf_counter_ns()
         report(self.environment, record, (end - st.sent_ns) / 1e6, body_bytes)
         STATE.take(record)
+        return record
 
 
 class ScenarioSteps(LoadTestShape):

@@ -293,12 +293,13 @@ def request_maker(
 ) -> RequestMaker:
     """How the requests of one stream of ``cell`` are made (the cell's point's workload).
     Warmups get generated prompts of the cell's lengths, so no dataset or trace prompt is
-    sent (and cached) before it is measured."""
+    sent (and cached) before it is measured; measured requests and Locust's users get the
+    ``sources``."""
     point = cell.point
     w = point.workload
     samples: tuple[Sample, ...] = ()
     trace: tuple[TraceRow, ...] = ()
-    if stream == Stream.MEASURED and sources is not None:
+    if stream in (Stream.MEASURED, Stream.LOCUST) and sources is not None:
         samples, trace = sources.samples, sources.trace
     return RequestMaker(
         PromptMaker(w, point.target.api, seed, calibration), point.target, w.sampling, model, cell.index, stream,

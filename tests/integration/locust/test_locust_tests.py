@@ -173,3 +173,96 @@ def test_200000_prompts_send_at_once_and_memory_does_not_grow_with_them(start_si
     # the prompts are made as they are sent: between 3 s and 9 s the Locust process grew by
     # under 30 MiB (200,000 prompts of 64 words made ahead are over 60 MiB)
     assert rss[1] - rss[0] < 30 << 20, rss
+
+
+def distributed(scenario: Path, base_url: str, tmp_path: Path, run_time: str, users: int = 4,
+                workers: int = 2) -> subprocess.CompletedProcess[str]:
+    """A master and ``workers`` worker processes on this machine, headless; the run directory at tmp_path/run."""
+    port = free_port("127.0.0.1")
+    cmd = [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario)]
+    procs = [subprocess.Popen(
+        [*cmd, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    ) for _ in range(workers)]
+    try:
+        master = subprocess.run(
+            [*cmd, "--host", base_url, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+             "--expect-workers", str(workers), "--headless", "-u", str(users), "-r", str(users), "-t", run_time,
+             "--stop-timeout", "30", "--out", str(tmp_path / "run"), "--only-summary"],
+            capture_output=True, text=True, timeout=180, cwd=ROOT,
+        )
+        for p in procs:
+            p.communicate(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return master
+
+
+def test_a_sharegpt_dataset_under_two_workers_sends_each_entry_once(start_sim: StartSim, tmp_path: Path) -> None:
+    """30 entries, entry i a prompt of 5 + i words and an answer of 4 + i words (lengths the
+    simulator counts as tokens): with 2 workers, every entry once in the test, none twice,
+    each with its own lengths, then the users stop."""
+    base_url = start_sim(ttft_ms=2, itl_ms=1)
+    entries = [{"id": str(i), "conversations": [
+        {"from": "human", "value": " ".join(f"p{i}w{j}" for j in range(5 + i))},
+        {"from": "gpt", "value": " ".join("a" for _ in range(4 + i))},
+    ]} for i in range(30)]
+    (tmp_path / "sg.json").write_text(json.dumps(entries))
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "sg", "workload": {"num_prompts": 30, "dataset": {
+        "kind": "sharegpt", "path": str(tmp_path / "sg.json"), "shuffle": False}}}))
+    master = distributed(path, base_url, tmp_path, "8s")
+    assert master.returncode == 0, master.stderr[-3000:]
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    assert all(r.ok for r in records)
+    # each entry once: its answer length and its prompt's, as the dataset gives them
+    assert sorted((r.max_tokens, r.prompt_tokens, r.output_tokens) for r in records) == [
+        (4 + i, 5 + i, 4 + i) for i in range(30)]
+    # shared out: both workers sent some, the simulator saw each request once
+    assert {r.worker for r in records} == {1, 2}
+    assert sim_requests(base_url) == 30
+
+
+def test_three_turn_sessions_under_two_workers_stay_whole(start_sim: StartSim, tmp_path: Path) -> None:
+    """Chat sessions of 3 turns, 16-token messages, 8-token answers, no system prompt: turn 0
+    is 5 + 16 + 3 = 24 tokens (the simulator's template), each later turn adds the answer
+    and a new message with their templates, 5 + 8 + 5 + 16 = 34; a session's turns run in order
+    on one user, the history holding the answers the server gave."""
+    base_url = start_sim(ttft_ms=2, itl_ms=1)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "mt", "target": {"api": "chat"}, "workload": {
+        "num_prompts": 10, "input_tokens": 16, "output_tokens": 8, "multi_turn": {"turns": 3}}}))
+    master = distributed(path, base_url, tmp_path, "4s")
+    assert master.returncode == 0, master.stderr[-3000:]
+    records = [r for r in read_records(tmp_path / "run" / "records.jsonl") if r.error != "cancelled"]
+    assert all(r.ok for r in records)
+    assert {(r.turn, r.prompt_tokens) for r in records} == {(0, 24), (1, 58), (2, 92)}
+    for worker in (1, 2):
+        turns = [r.turn for r in sorted((r for r in records if r.worker == worker), key=lambda r: r.sent_at or 0)]
+        assert turns.count(0) >= turns.count(1) >= turns.count(2) > 0
+        assert turns.count(0) - turns.count(2) <= 2  # at most the sessions the stop cut short (2 users each)
+
+
+def test_one_process_sends_a_jsonl_dataset_once_and_ends_the_test(start_sim: StartSim, tmp_path: Path) -> None:
+    """20 prompts of 3 + i words asking 5 + i tokens, 3 users, -t 60s: each entry once, none cut
+    short by the end, and the test ends as soon as the last answer is in."""
+    base_url = start_sim(ttft_ms=2, itl_ms=1)
+    lines = [json.dumps({"prompt": " ".join(f"w{i}x{j}" for j in range(3 + i)), "output_tokens": 5 + i})
+             for i in range(20)]
+    (tmp_path / "p.jsonl").write_text("\n".join(lines) + "\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "jl", "workload": {"num_prompts": 20, "dataset": {
+        "kind": "jsonl", "path": str(tmp_path / "p.jsonl")}}}))
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", "locust", "--scenario", str(path), "--host", base_url, "--headless",
+         "-u", "3", "-r", "3", "-t", "60s", "--out", str(tmp_path / "run"), "--only-summary"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert time.monotonic() - started < 45
+    assert "every entry of the dataset (20) sent once in this test" in proc.stderr
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    assert sorted((r.prompt_tokens, r.output_tokens) for r in records) == [(3 + i, 5 + i) for i in range(20)]

@@ -50,6 +50,9 @@ def test_plan_of_the_chat_scenario() -> None:
     ({"load": {"rate": 4}}, "load.rate"),
     ({"load": {"concurrency": "unlimited"}}, "load.concurrency"),
     ({"serve": {"backend": "sim"}, "matrix": {"serve.sim.ttft_ms": [10, 20]}}, "matrix"),
+    ({"workload": {"trace": {"file": "t.jsonl"}}}, "workload.trace"),
+    ({"load": {"stages": [{"duration_s": 5, "concurrency": 4}]}}, "load.stages"),
+    ({"load": {"ramp_up": {"strategy": "linear", "start_rate": 1, "end_rate": 4}}}, "load.ramp_up"),
 ])
 def test_plan_refuses_load_locust_cannot_apply(data: dict[str, object], field: str) -> None:
     with pytest.raises(ScenarioError) as exc:
