@@ -148,7 +148,8 @@ def _test_stop(environment: Environment, **_: Any) -> None:
     if STATE.sink is None:
         return
     try:
-        STATE.sink.snapshot(STATE.applied(), interrupted=False, server=_server(environment))
+        STATE.sink.snapshot(STATE.applied(), interrupted=False, server=_server(environment),
+                            probes=tuple(STATE.probes))
         log.info("loadgen: run directory %s updated (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
     except (LoadgenError, OSError) as exc:
         log.error("loadgen: could not write the run directory's summary: %s", exc)
@@ -216,7 +217,8 @@ def _quit(**_: Any) -> None:
             workers=environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
         )
         STATE.cells.close(now_s())
-        STATE.sink.close(STATE.applied(), interrupted=_stopped(), server=_server(environment))
+        STATE.sink.close(STATE.applied(), interrupted=_stopped(), server=_server(environment),
+                         probes=tuple(STATE.probes))
         log.info("loadgen: run directory %s (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
 
 

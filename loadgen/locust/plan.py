@@ -14,7 +14,7 @@ import orjson
 
 from loadgen.errors import ScenarioError
 from loadgen.report.summary import render_markdown
-from loadgen.results.cellstatus import AppliedUsers, CellStatus, ServerInfo
+from loadgen.results.cellstatus import AppliedUsers, CellStatus, SearchProbe, ServerInfo
 from loadgen.results.provenance import Provenance
 from loadgen.results.records import RECORD_TIMES, RequestRecord
 from loadgen.results.rundir import RunDirWriter, build_summary_from_dir
@@ -22,6 +22,7 @@ from loadgen.results.summary import Summary
 from loadgen.scenario.matrix import expand_cells, points
 from loadgen.scenario.overrides import apply_overrides
 from loadgen.scenario.schema import Scenario
+from loadgen.scenario.shapes import Search
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,11 @@ class LocustPlan:
     output_tokens: int
     steps: tuple[int, ...]  # users per step of the load shape (the scenario's concurrency sweep)
     step_s: float | None  # load.duration_s: how long each step lasts, when the scenario says
+
+    @property
+    def search(self) -> Search | None:
+        """The capacity search the shape runs (by concurrency: users), or None."""
+        return self.scenario.load.search
 
 
 def plan_for(scenario: Scenario, source: str) -> LocustPlan:
@@ -49,6 +55,11 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
                 f"{source}: workload.{key} -> Locust runs one input and one output length; pick one, "
                 f"e.g. --set workload.{key}={values[0]}"
             )
+    if ld.search is not None and ld.search.by != "concurrency":
+        raise ScenarioError(
+            f"{source}: load.search.by -> Locust users are closed-loop: search by concurrency (users), or "
+            "search by rate with loadgen run"
+        )
     if any(r is not None for r in ld.rate):
         raise ScenarioError(
             f"{source}: load.rate -> Locust users are closed-loop (each sends its next request when "
@@ -75,8 +86,10 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
 
 def locust_scenario(plan: LocustPlan, users: tuple[int, ...]) -> Scenario:
     """The scenario a Locust run's directory holds: its concurrency is the users it ran with
-    (the shape's steps, or the peak user count of a run without a shape)."""
+    (each test's or step's peak); a search keeps its search (its probes are the cells)."""
     data = plan.scenario.model_dump(mode="json", exclude_unset=True)
+    if plan.search is not None:
+        return Scenario.model_validate(apply_overrides(data, [], {"load.warmup_requests": 0}))
     data = apply_overrides(data, [], {"load.concurrency": list(users), "load.warmup_requests": 0})
     return Scenario.model_validate(data)
 
@@ -167,12 +180,19 @@ class RunDirSink:
         self.out.records.write(record)
         self.cells_seen.add(record.cell)
 
-    def snapshot(self, users: list[AppliedUsers], *, interrupted: bool, server: ServerInfo) -> Summary:
+    def snapshot(self, users: list[AppliedUsers], *, interrupted: bool, server: ServerInfo,
+                 probes: tuple[float, ...] = ()) -> Summary:
         """Write the scenario, cell statuses, summary and report of what was recorded so far
         (at each stop of the test, and at the end); returns the summary. ``users``: each
         cell's users as they ran (a cell's concurrency is its peak)."""
         scenario = locust_scenario(self.plan, tuple(max(u.peak, 1) for u in users) or (1,))
         self.out.write_scenario(scenario)
+        if self.plan.search is not None:  # a search's cells are its probes, each at its users
+            for index, value in enumerate(probes):
+                if index in self.cells_seen:
+                    applied = users[index] if index < len(users) else None
+                    self.out.cells.write(CellStatus(index, "done", server=server, users=applied,
+                                                    probe=SearchProbe(0, value)))
         for cell in expand_cells(scenario):
             if cell.index in self.cells_seen:  # the last status line of a cell is the one read
                 applied = users[cell.index] if cell.index < len(users) else None
@@ -183,8 +203,9 @@ class RunDirSink:
         self.out.write_summary(summary, render_markdown(summary))
         return summary
 
-    def close(self, users: list[AppliedUsers], *, interrupted: bool, server: ServerInfo) -> Summary:
+    def close(self, users: list[AppliedUsers], *, interrupted: bool, server: ServerInfo,
+              probes: tuple[float, ...] = ()) -> Summary:
         """The last snapshot, then the files closed and the directory's lock released."""
-        summary = self.snapshot(users, interrupted=interrupted, server=server)
+        summary = self.snapshot(users, interrupted=interrupted, server=server, probes=probes)
         self.out.close()
         return summary

@@ -77,6 +77,10 @@ class _State:
         self.share = (0, 1)
         self.exhausted_said = False
         self.in_flight = 0  # requests this process's users are sending now
+        # a capacity search under the shape: each probe's value (users), by cell, and the records
+        # of the probe measuring now (the master's, merged from its workers)
+        self.probes: list[float] = []
+        self.probe_records: list[RequestRecord] = []
         self.model: str | None = None
         self.closed = False
         self.failed = False
@@ -164,6 +168,14 @@ class _State:
         users = self.env.runner.user_count if self.env is not None and self.env.runner is not None else 0
         self.cells.open(now_s(), users, new_test=False)
 
+    def probe_started(self, value: float) -> None:
+        """A search's probe of ``value`` users: a cell of its own (the test's first cell for the
+        first probe), its records kept for its verdict."""
+        if self.probes:
+            self.step_started()
+        self.probes.append(value)
+        self.probe_records = []
+
     def see_users(self) -> None:
         """The users running now, for the open cell's record of its load."""
         runner = self.env.runner if self.env is not None else None
@@ -180,6 +192,8 @@ class _State:
         if self.closed:
             return  # after the run directory was written (nothing is sent by then)
         self.live.add(record)
+        if self.probes and record.cell == len(self.probes) - 1:
+            self.probe_records.append(record)
         if self.sink is not None:
             self.sink.add(record)
         self.see_users()

@@ -24,11 +24,15 @@ from locust.exception import StopUser
 from loadgen.errors import LoadgenError
 from loadgen.load.stream import StreamState
 from loadgen.locust import hooks
+from loadgen.locust.plan import LocustPlan, locust_scenario
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log
 from loadgen.locust.stats import LLM
 from loadgen.locust.transport import Workbench, open_client, stream_request
+from loadgen.results.capacity import first_wave, next_value, probe_entry
 from loadgen.results.records import RequestRecord
+from loadgen.scenario.matrix import search_lines
 from loadgen.scenario.schema import default_total_s
+from loadgen.scenario.shapes import Search
 from loadgen.workload.payload import PreparedRequest
 from loadgen.workload.sessions import Turns, next_message, session_start, turn_body
 
@@ -153,8 +157,13 @@ class LLMUser(User):
         return record
 
 
+# users per second a search's probe starts with: all of them at once
+SPAWN_AT_ONCE = 1000.0
+
+
 class ScenarioSteps(LoadTestShape):
-    """The scenario's concurrency sweep as steps: each step holds that many users for
+    """The scenario's concurrency sweep as steps, or its capacity search (by users) as probes
+    (see ``_search``). Steps: each holds that many users for
     ``--step-time`` seconds (else the scenario's ``load.duration_s``, else 60); each step
     is one cell of the run directory. Locust's ``-t`` ends it too (Locust itself counts its
     run time only after a shape has ended)."""
@@ -162,11 +171,17 @@ class ScenarioSteps(LoadTestShape):
     def __init__(self) -> None:
         super().__init__()
         self._step = -1
+        self._results: list[tuple[float, bool]] = []  # a search's (users, met the SLOs) so far
+        self._value: float | None = None
+        self._since = 0.0
+        self._draining = False
 
     def tick(self) -> tuple[int, float] | None:
         plan = STATE.plan
         if plan is None:
             return None
+        if plan.search is not None:
+            return self._search(plan, plan.search)
         step_s = _option("step_time", None) or plan.step_s or 60.0
         run_time = self.get_run_time()
         limit = _option("run_time", None)
@@ -182,6 +197,52 @@ class ScenarioSteps(LoadTestShape):
             log.info("loadgen: step %d/%d, %d users", k + 1, len(plan.steps), plan.steps[k])
         users = plan.steps[k]
         return users, float(max(users, 1))
+
+
+    def _search(self, plan: LocustPlan, search: Search) -> tuple[int, float] | None:
+        """A capacity search by users: each probe holds its users until it has num_prompts
+        answers (or load.duration_s passed), is judged on them as loadgen run judges its
+        probes, and the next probe's users follow from the verdicts so far."""
+        run_time = self.get_run_time()
+        limit = _option("run_time", None)
+        if limit is not None and run_time >= limit:
+            return None
+        if self._draining:
+            # every user of the last probe is gone: the next starts all its users at once, as
+            # loadgen run starts a probe's streams
+            self._draining = False
+            nxt = next_value(search, self._results)
+            if nxt is None:
+                return None
+            self._value, self._since = nxt, run_time
+            STATE.probe_started(nxt)
+            log.info("loadgen: probe %d, %d users", len(self._results) + 1, nxt)
+        elif self._value is None or self._probe_done(plan, run_time):
+            if self._value is not None:
+                verdict = self._verdict(plan, search)
+                self._results.append((self._value, verdict))
+                log.info("loadgen: probe of %d users %s the SLOs", self._value, "meets" if verdict else "breaks")
+            self._draining = True  # no users for a tick (requests in flight end as cancelled)
+            return 0, SPAWN_AT_ONCE
+        assert self._value is not None
+        return int(self._value), SPAWN_AT_ONCE
+
+    def _probe_done(self, plan: LocustPlan, run_time: float) -> bool:
+        if plan.scenario.load.duration_s:
+            return run_time - self._since >= plan.scenario.load.duration_s
+        finished = sum(1 for r in STATE.probe_records if r.error != "cancelled")
+        return finished >= plan.scenario.workload.num_prompts
+
+    def _verdict(self, plan: LocustPlan, search: Search) -> bool:
+        records = [r for r in STATE.probe_records if not r.warmup]
+        sent = [r.sent_at for r in records if r.sent_at is not None]
+        done = [r.done_at for r in records if r.done_at is not None]
+        span = max(done) - min(sent) if sent and done else None
+        value = self._value
+        assert value is not None
+        line = search_lines(locust_scenario(plan, ()))[0]
+        cell = line.probe(len(STATE.probes) - 1, value)
+        return probe_entry(0, search, value, records, "done", None, span, first_wave(cell)).meets_slo
 
 
 def _option(name: str, default: Any) -> Any:

@@ -176,7 +176,7 @@ def test_200000_prompts_send_at_once_and_memory_does_not_grow_with_them(start_si
 
 
 def distributed(scenario: Path, base_url: str, tmp_path: Path, run_time: str, users: int = 4,
-                workers: int = 2) -> subprocess.CompletedProcess[str]:
+                workers: int = 2, shape: bool = False) -> subprocess.CompletedProcess[str]:
     """A master and ``workers`` worker processes on this machine, headless; the run directory at tmp_path/run."""
     port = free_port("127.0.0.1")
     cmd = [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario)]
@@ -186,7 +186,7 @@ def distributed(scenario: Path, base_url: str, tmp_path: Path, run_time: str, us
     ) for _ in range(workers)]
     try:
         master = subprocess.run(
-            [*cmd, "--host", base_url, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+            [*cmd, *(["--shape"] if shape else []), "--host", base_url, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
              "--expect-workers", str(workers), "--headless", "-u", str(users), "-r", str(users), "-t", run_time,
              "--stop-timeout", "30", "--out", str(tmp_path / "run"), "--only-summary"],
             capture_output=True, text=True, timeout=180, cwd=ROOT,
@@ -266,3 +266,34 @@ def test_one_process_sends_a_jsonl_dataset_once_and_ends_the_test(start_sim: Sta
     assert "every entry of the dataset (20) sent once in this test" in proc.stderr
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     assert sorted((r.prompt_tokens, r.output_tokens) for r in records) == [(3 + i, 5 + i) for i in range(20)]
+
+
+def test_a_capacity_search_under_a_master_and_two_workers_finds_loadgen_runs_answer(
+        start_sim: StartSim, tmp_path: Path) -> None:
+    """The simulator serves 8 at once; a ninth stream waits a whole request (50 + 31 x 10 =
+    360 ms) for a slot: against TTFT p99 <= 300 ms both loadgen run's search and the Locust
+    shape's (its users spread over two workers) answer 8, binding at 9."""
+    from loadgen.load.run import execute
+    from loadgen.scenario.loader import parse_scenario
+
+    base_url = start_sim(max_seqs=8)
+    search = {"by": "concurrency", "min": 4, "max": 32, "slo": {"ttft_ms": {"p99": 300}}}
+    data = {"name": "cap", "workload": {"num_prompts": 60, "input_tokens": 32, "output_tokens": 32},
+            "load": {"search": search}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    master = distributed(path, base_url, tmp_path, "5m", shape=True)
+    assert master.returncode == 0, master.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    locust_cap = summary["capacity"]
+    run_cap = execute(parse_scenario({**data, "target": {"base_url": base_url}}), tmp_path / "run-loadgen"
+                      ).summary.to_dict()["capacity"]
+    assert (locust_cap["max_meeting_slo"], locust_cap["binds_at"]) == (run_cap["max_meeting_slo"],
+                                                                       run_cap["binds_at"]) == (8, 9)
+    assert locust_cap["limiting_slo"] == run_cap["limiting_slo"] == ["ttft_ms.p99"]
+    values = [p["value"] for p in locust_cap["probes"]]
+    assert values == [p["value"] for p in run_cap["probes"]] == [4, 8, 16, 12, 10, 9]
+    # each probe a cell at its users, its requests sent by both workers
+    assert [c["users"]["peak"] for c in summary["cells"]] == values
+    records = list(read_records(tmp_path / "run" / "records.jsonl"))
+    assert {r.worker for r in records} == {1, 2}
