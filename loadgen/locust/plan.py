@@ -34,6 +34,8 @@ class LocustPlan:
     output_tokens: int
     steps: tuple[int, ...]  # users per step of the load shape (the scenario's concurrency sweep)
     step_s: float | None  # load.duration_s: how long each step lasts, when the scenario says
+    # load.stages by concurrency: each step's own length (s), where the stages give them
+    step_lengths: tuple[float, ...] = ()
 
     @property
     def search(self) -> Search | None:
@@ -70,12 +72,20 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
             f"{source}: workload.trace -> a trace is replayed at its own times (open loop), which Locust's "
             "closed-loop users cannot do; replay it with loadgen run"
         )
-    if ld.ramp_up is not None or ld.stages:
-        key = "ramp_up" if ld.ramp_up is not None else "stages"
+    if ld.ramp_up is not None:
         raise ScenarioError(
-            f"{source}: load.{key} -> Locust sets the load by its users: use --shape with load.concurrency "
-            "steps, or Locust's -u and -r"
+            f"{source}: load.ramp_up -> a rate ramp is open loop, which Locust's closed-loop users cannot do: "
+            "use load.stages with a concurrency each (--shape), or loadgen run"
         )
+    if any(st.rate is not None or st.concurrency is None for st in ld.stages):
+        raise ScenarioError(
+            f"{source}: load.stages -> Locust users are closed-loop: give each stage a concurrency (users) and "
+            "no rate, and run it with --shape"
+        )
+    if ld.stages:
+        return LocustPlan(scenario, w.input_tokens[0], w.output_tokens[0],
+                          tuple(int(st.concurrency or 1) for st in ld.stages), None,
+                          tuple(st.duration_s for st in ld.stages))
     steps = tuple(c for c in ld.concurrency if c is not None)
     if len(steps) != len(ld.concurrency):
         raise ScenarioError(
@@ -90,7 +100,7 @@ def locust_scenario(plan: LocustPlan, users: tuple[int, ...]) -> Scenario:
     data = plan.scenario.model_dump(mode="json", exclude_unset=True)
     if plan.search is not None:
         return Scenario.model_validate(apply_overrides(data, [], {"load.warmup_requests": 0}))
-    data = apply_overrides(data, [], {"load.concurrency": list(users), "load.warmup_requests": 0})
+    data = apply_overrides(data, [], {"load.concurrency": list(users), "load.warmup_requests": 0, "load.stages": []})
     return Scenario.model_validate(data)
 
 

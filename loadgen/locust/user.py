@@ -11,6 +11,7 @@ listeners (``loadgen.locust.hooks``).
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -187,7 +188,11 @@ class ScenarioSteps(LoadTestShape):
         limit = _option("run_time", None)
         if limit is not None and run_time >= limit:
             return None  # -t: Locust's own limit starts only once a shape has ended
-        k = int(run_time // step_s)
+        if plan.step_lengths:  # stages: each its own length
+            ends = list(itertools.accumulate(plan.step_lengths))
+            k = next((i for i, end in enumerate(ends) if run_time < end), len(ends))
+        else:
+            k = int(run_time // step_s)
         if k >= len(plan.steps):
             return None
         if k != self._step:

@@ -112,7 +112,7 @@ def test_two_tests_from_the_web_ui_are_two_cells_and_the_report_renders(start_si
     assert report.count("</body>") == 2  # the page's, and the one in Locust's chart code
 
 
-@pytest.mark.parametrize("how", ["sigterm", "timeout"])
+@pytest.mark.parametrize("how", ["sigterm", "sighup", "timeout"])
 def test_a_shape_ended_by_a_signal_leaves_a_run_directory_report_reads(start_sim: StartSim, tmp_path: Path,
                                                                       how: str) -> None:
     base_url = start_sim(ttft_ms=5, itl_ms=5)
@@ -127,7 +127,7 @@ def test_a_shape_ended_by_a_signal_leaves_a_run_directory_report_reads(start_sim
     else:
         popen = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         time.sleep(5)
-        popen.send_signal(signal.SIGTERM)
+        popen.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGHUP)
         _, err = popen.communicate(timeout=60)
         assert popen.returncode == 130, err[-2000:]
     assert "Traceback" not in err
@@ -297,3 +297,21 @@ def test_a_capacity_search_under_a_master_and_two_workers_finds_loadgen_runs_ans
     assert [c["users"]["peak"] for c in summary["cells"]] == values
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     assert {r.worker for r in records} == {1, 2}
+
+
+def test_stages_run_as_the_shapes_steps_each_a_cell(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=5)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "st", "workload": {"input_tokens": 8, "output_tokens": 16},
+                                    "load": {"stages": [{"duration_s": 2, "concurrency": 2},
+                                                        {"duration_s": 3, "concurrency": 4}]}}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", "locust", "--shape", "--scenario", str(path), "--host", base_url,
+         "--headless", "--out", str(tmp_path / "run"), "--only-summary"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = json.loads((tmp_path / "run" / "summary.json").read_text())["cells"]
+    assert [c["users"]["peak"] for c in cells] == [2, 4]
+    assert [c["params"]["concurrency"] for c in cells] == [2, 4]
+    assert [round(c["users"]["duration_s"]) for c in cells] == [2, 3]

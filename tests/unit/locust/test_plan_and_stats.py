@@ -51,7 +51,8 @@ def test_plan_of_the_chat_scenario() -> None:
     ({"load": {"concurrency": "unlimited"}}, "load.concurrency"),
     ({"serve": {"backend": "sim"}, "matrix": {"serve.sim.ttft_ms": [10, 20]}}, "matrix"),
     ({"workload": {"trace": {"file": "t.jsonl"}}}, "workload.trace"),
-    ({"load": {"stages": [{"duration_s": 5, "concurrency": 4}]}}, "load.stages"),
+    ({"load": {"stages": [{"duration_s": 5, "rate": 4}]}}, "load.stages"),
+    ({"load": {"search": {"by": "rate", "slo": {"ttft_ms": {"p99": 300}}}}}, "load.search.by"),
     ({"load": {"ramp_up": {"strategy": "linear", "start_rate": 1, "end_rate": 4}}}, "load.ramp_up"),
 ])
 def test_plan_refuses_load_locust_cannot_apply(data: dict[str, object], field: str) -> None:
@@ -248,3 +249,9 @@ def test_stream_state_classes_late_chunks_by_their_arrival_time() -> None:
     assert ok.feed(chunk, 60_000_000)  # past the 50 ms total
     assert ok.outcome == ("timeout", "total")
     assert ok.chunk_tokens == [1, 1]
+
+
+def test_stages_by_concurrency_are_the_shapes_steps() -> None:
+    plan = plan_for(parse_scenario({"load": {"stages": [{"duration_s": 5, "concurrency": 4},
+                                                        {"duration_s": 2.5, "concurrency": 16}]}}), "x.yaml")
+    assert (plan.steps, plan.step_lengths) == ((4, 16), (5.0, 2.5))
