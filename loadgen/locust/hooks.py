@@ -260,7 +260,7 @@ def _extend_web_ui(environment: Environment) -> None:
     def _add_llm_stats(response: Response) -> Response:
         if request.path.endswith("/stats/requests") and response.is_json:
             data = response.get_json()
-            data["extended_stats"] = [{"key": "llm", "data": tab_rows(STATE.rows())}]
+            data["extended_stats"] = [{"key": "llm", "data": tab_rows(STATE.rows(), STATE.run_totals)}]
             response.set_data(orjson.dumps(data))
         return response
 

@@ -80,6 +80,8 @@ class _State:
         # a capacity search under the shape: each probe's value (users), by cell, and the records
         # of the probe measuring now (the master's, merged from its workers)
         self.probes: list[float] = []
+        # the run so far, over every test: the LLM tab shows it under the test's figures
+        self.run_totals: dict[str, int] = {"tests": 0, "requests": 0, "output_tokens": 0}
         self.probe_records: list[RequestRecord] = []
         self.model: str | None = None
         self.closed = False
@@ -160,6 +162,7 @@ class _State:
         of its own, and the LLM tab's figures from zero, as Locust's own."""
         users = self.env.runner.user_count if self.env is not None and self.env.runner is not None else 0
         self.cells.open(now_s(), users, new_test=True)
+        self.run_totals["tests"] += 1
         self.live.reset()
         self.peak_users = users
 
@@ -192,6 +195,9 @@ class _State:
         if self.closed:
             return  # after the run directory was written (nothing is sent by then)
         self.live.add(record)
+        if record.error != "cancelled":
+            self.run_totals["requests"] += 1
+            self.run_totals["output_tokens"] += record.output_tokens or 0
         if self.probes and record.cell == len(self.probes) - 1:
             self.probe_records.append(record)
         if self.sink is not None:

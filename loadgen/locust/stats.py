@@ -287,9 +287,10 @@ TAB_VALUES: tuple[tuple[str, str], ...] = (
 )
 
 
-def tab_rows(rows: list[Row]) -> list[Row]:
+def tab_rows(rows: list[Row], run: dict[str, int] | None = None) -> list[Row]:
     """The LLM tab's rows from the table's: the total's figures one per row, then each
-    latency's p50 / p90 / p99 (ms), then each worker's output tokens/s and requests."""
+    latency's p50 / p90 / p99 (ms), each worker's output tokens/s and requests, and the run
+    so far (``run``: its tests, requests and output tokens)."""
     total = next((r for r in rows if r.get("name") == "Total"), {})
     out: list[Row] = [{"metric": title, "value": total.get(key)} for key, title in TAB_VALUES]
     out += [{"metric": f"{k.upper()} (ms)", **{f"p{q}": total.get(f"{k}_p{q}_ms") for q in QUANTILES}}
@@ -298,4 +299,8 @@ def tab_rows(rows: list[Row]) -> list[Row]:
         if row.get("name") != "Total":
             out += [{"metric": f"{row['name']}: output tokens/s", "value": row.get("output_tok_s")},
                     {"metric": f"{row['name']}: requests", "value": row.get("requests")}]
+    if run:
+        out += [{"metric": "Run so far: tests", "value": run.get("tests", 0)},
+                {"metric": "Run so far: requests", "value": run.get("requests", 0)},
+                {"metric": "Run so far: output tokens", "value": run.get("output_tokens", 0)}]
     return out

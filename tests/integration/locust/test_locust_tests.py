@@ -78,6 +78,7 @@ def test_two_tests_from_the_web_ui_are_two_cells_and_the_report_renders(start_si
             # per user, once stopped: the test's whole output tok/s over its peak users
             assert total["tok_s_per_user"] == pytest.approx(total["output_tok_s"] / users, abs=0.11)
         report = httpx.get(ui_url + "/stats/report?download=1", timeout=30, trust_env=False).text
+        tab = httpx.get(ui_url + "/stats/requests", timeout=10, trust_env=False).json()["extended_stats"][0]["data"]
     finally:
         ui.send_signal(signal.SIGTERM)
         ui.wait(60)
@@ -96,8 +97,13 @@ def test_two_tests_from_the_web_ui_are_two_cells_and_the_report_renders(start_si
     assert [c["metrics"]["completed"] for c in cells] == per_cell
     assert sum(per_cell) == len(records)
     assert len(every) == sim_requests(base_url) - 2
-    # each test's LLM tab counted that test alone, as Locust's own statistics do
+    # each test's LLM tab counted that test alone, as Locust's own statistics do, and the run so far both
     assert tab_counts == per_cell
+    so_far = {row["metric"]: row["value"] for row in tab if row["metric"].startswith("Run so far")}
+    assert so_far == {"Run so far: tests": 2, "Run so far: requests": sum(per_cell),
+                      "Run so far: output tokens": 16 * sum(per_cell)}
+    assert tab[0]["metric"] == "Output tokens/s (whole test)"
+    assert tab[0]["value"] > 0
     # a test's duration is its own: about 3 s each, not the run's span with the idle gap between
     assert all(2.5 < c["users"]["duration_s"] < 5 for c in cells), cells
     assert "Locust test 2: 2 users" in (run_dir / "report.md").read_text()
