@@ -96,7 +96,7 @@ SHARE_MESSAGE = "loadgen-share"
 
 def _share(environment: Environment, msg: Any, **_: Any) -> None:
     """A worker told its share of the test starting: (its index, the workers' count)."""
-    STATE.new_share(int(msg.data["index"]), int(msg.data["count"]))
+    STATE.new_share(int(msg.data["index"]), int(msg.data["count"]), int(msg.data["seed"]))
 
 
 def _fail(message: str) -> None:
@@ -113,7 +113,8 @@ def _test_start(environment: Environment, **_: Any) -> None:
         # each worker's share of a dataset, before its users spawn (messages arrive in order)
         workers = sorted((c for c in runner.clients.all if c.state != "missing"), key=lambda c: c.id)
         for i, client in enumerate(workers):
-            runner.send_message(SHARE_MESSAGE, {"index": i, "count": len(workers)}, client_id=client.id)
+            runner.send_message(SHARE_MESSAGE, {"index": i, "count": len(workers), "seed": STATE.seed},
+                                client_id=client.id)
     if not isinstance(runner, WorkerRunner):
         STATE.test_started()
     if not isinstance(runner, (WorkerRunner, MasterRunner)):

@@ -67,11 +67,6 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
             f"{source}: load.rate -> Locust users are closed-loop (each sends its next request when "
             "the last one ends); remove load.rate and set users with -u or load.concurrency"
         )
-    if w.trace is not None:
-        raise ScenarioError(
-            f"{source}: workload.trace -> a trace is replayed at its own times (open loop), which Locust's "
-            "closed-loop users cannot do; replay it with loadgen run"
-        )
     if ld.ramp_up is not None:
         raise ScenarioError(
             f"{source}: load.ramp_up -> a rate ramp is open loop, which Locust's closed-loop users cannot do: "

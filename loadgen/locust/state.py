@@ -75,8 +75,12 @@ class _State:
         self.peak_users = 0  # of the test running, or of the last one
         # this process's share of a dataset: (index, count) of the processes sending it
         self.share = (0, 1)
+        # the run's seed: the scenario's, else drawn once by the master (or the one process) and
+        # given to every worker, so that a trace's shared blocks are the same text everywhere
+        self.seed = secrets.randbits(63)
         self.exhausted_said = False
         self.in_flight = 0  # requests this process's users are sending now
+        self.test_start_ns = time.perf_counter_ns()  # this process's start of the test running (a trace's zero)
         # a capacity search under the shape: each probe's value (users), by cell, and the records
         # of the probe measuring now (the master's, merged from its workers)
         self.probes: list[float] = []
@@ -94,6 +98,8 @@ class _State:
     def load(self, source: str, overrides: list[str]) -> None:
         scenario = load_scenario(source, overrides)
         self.plan = plan_for(scenario, source)
+        if scenario.seed is not None:
+            self.seed = scenario.seed
         self.source, self.overrides = source, overrides
         self.bench = None
 
@@ -104,15 +110,19 @@ class _State:
                 assert self.plan is not None
                 runner = self.env.runner if self.env is not None else None
                 process = (int(getattr(runner, "worker_index", -1)) + 1) % 1024  # 0: the master or one process
-                seed = self.plan.scenario.seed
-                self.bench = build_workbench(self.plan, host, secrets.randbits(63) if seed is None else seed, process)
+                self.bench = build_workbench(self.plan, host, self.seed, process)
                 self.bench.share(*self.share)
                 self.model = self.bench.model
             return self.bench
 
-    def new_share(self, index: int, count: int) -> None:
-        """A test starts: this process sends entries index, index + count, ... of a dataset."""
+    def new_share(self, index: int, count: int, seed: int | None = None) -> None:
+        """A test starts: this process sends entries index, index + count, ... of a dataset
+        (``seed``: the master's, for a worker)."""
         self.share = (index, count)
+        if seed is not None and seed != self.seed:
+            self.seed = seed
+            self.bench = None  # made again with the run's seed
+        self.test_start_ns = time.perf_counter_ns()
         self.exhausted_said = False
         if self.bench is not None:
             self.bench.share(index, count)

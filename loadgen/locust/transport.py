@@ -55,6 +55,8 @@ class Workbench:
     # generated prompts, never a repeat)
     entries: int | None = None
     next_entry: itertools.count[int] = field(default_factory=itertools.count)
+    # a trace's rows: each due at its offset after the test's start (the users wait for it)
+    offsets: tuple[float, ...] = ()
     turns: Turns | None = None  # multi-turn sessions: each user runs whole sessions
     next_session: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -95,8 +97,12 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
     pool = prepare_requests(cell, model, calibration, seed, Stream.LOCUST, count=0, sources=sources)
     turns = None if w.multi_turn is None else Turns(pool.maker, w.multi_turn.turns, w.multi_turn.think_time_s,
                                                      w.multi_turn.system_tokens)
-    return Workbench(base, url.request_uri, headers, t, model, pool, calibration,
-                     entries=len(sources.samples) if sources is not None else None, turns=turns)
+    entries = None
+    if sources is not None:
+        entries = len(sources.trace) if sources.trace else len(sources.samples)
+    return Workbench(base, url.request_uri, headers, t, model, pool, calibration, entries=entries,
+                     offsets=tuple(row.offset_s for row in sources.trace) if sources is not None else (),
+                     turns=turns)
 
 
 # the user:password of a --host, kept out of Locust's command line and web page, for the users

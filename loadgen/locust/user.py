@@ -99,14 +99,20 @@ class LLMUser(User):
         if bench.turns is not None:
             self.session(bench, bench.turns)
             return
+        due_ns = None
         if bench.entries is not None:
             i = next(bench.next_entry)  # this process's share of the dataset, each entry once a test
             if i >= bench.entries:
                 STATE.exhausted()
                 raise StopUser()
+            if bench.offsets:  # a trace: the row is due at its offset after the trace's start
+                due_ns = STATE.test_start_ns + int((TRACE_LEAD_S + bench.offsets[i]) * 1e9)
+                wait = (due_ns - time.perf_counter_ns()) / 1e9
+                if wait > 0:
+                    gevent.sleep(wait)
         else:
             i = next(bench.next_prompt)  # a new prompt every time, never a repeat
-        self.send(bench, bench.pool[i])
+        self.send(bench, bench.pool[i], due_ns=due_ns)
 
     def session(self, bench: Workbench, turns: Turns) -> None:
         """One whole multi-turn session on this user: each turn sends the conversation so far
@@ -125,8 +131,10 @@ class LLMUser(User):
             if t + 1 < turns.turns and turns.think_time_s > 0:
                 gevent.sleep(turns.think_time_s)
 
-    def send(self, bench: Workbench, req: PreparedRequest, answer: list[str] | None = None) -> RequestRecord | None:
-        """One streamed request, reported to Locust and recorded; ``answer`` collects its text."""
+    def send(self, bench: Workbench, req: PreparedRequest, answer: list[str] | None = None,
+             due_ns: int | None = None) -> RequestRecord | None:
+        """One streamed request, reported to Locust and recorded; ``answer`` collects its text;
+        ``due_ns``: when it was due (a trace's row), its record's scheduled time."""
         request_id = next(STATE.request_ids)
         t = bench.timeouts
         total = t.total_s if t.total_s is not None else default_total_s(req.max_tokens)
@@ -138,7 +146,7 @@ class LLMUser(User):
                 self.http, bench.path, req.body, bench.headers, bench.timeouts, st)
         except gevent.GreenletExit:
             if st.sent_ns:
-                STATE.take(st.record(req, request_id, st.sent_ns, BASE_NS, "cancelled", "run stopped"))
+                STATE.take(st.record(req, request_id, due_ns or st.sent_ns, BASE_NS, "cancelled", "run stopped"))
             raise
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the request sent is on record
             error, detail, body_bytes = "malformed", f"{type(exc).__name__}: {str(exc)[:200]}", 0
@@ -151,13 +159,16 @@ class LLMUser(User):
             bench.headers["Connection"] = "close"
             log.info("loadgen: the server closed a kept-alive connection before answering: every request "
                      "from here on opens a new connection, and its TTFT includes the connect")
-        record = st.record(req, request_id, st.sent_ns, BASE_NS, error, detail)
+        record = st.record(req, request_id, due_ns or st.sent_ns, BASE_NS, error, detail)
         end = st.done_ns or time.perf_counter_ns()
         report(self.environment, record, (end - st.sent_ns) / 1e6, body_bytes)
         STATE.take(record)
         return record
 
 
+# a trace's first row is due this long after the test's start: time for the users to look up
+# the model and calibrate their text, so that no row is late for want of a ready user
+TRACE_LEAD_S = 1.0
 # users per second a search's probe starts with: all of them at once
 SPAWN_AT_ONCE = 1000.0
 

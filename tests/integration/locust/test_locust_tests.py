@@ -321,3 +321,28 @@ def test_stages_run_as_the_shapes_steps_each_a_cell(start_sim: StartSim, tmp_pat
     assert [c["users"]["peak"] for c in cells] == [2, 4]
     assert [c["params"]["concurrency"] for c in cells] == [2, 4]
     assert [round(c["users"]["duration_s"]) for c in cells] == [2, 3]
+
+
+def test_a_trace_under_two_workers_sends_each_row_once_at_its_time(start_sim: StartSim, tmp_path: Path) -> None:
+    """20 rows 100 ms apart, row i asking 3 + i tokens of a 40-token prompt whose first block
+    (hash id 7) is shared: 6 users over 2 workers send each row once, when it is due (their
+    records' scheduled times are the trace's, 100 ms apart), and the server's cache finds the
+    shared block in every row but the first."""
+    base_url = start_sim(ttft_ms=2, itl_ms=1)
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 5000 + 100 * i, "input_length": 40, "output_length": 3 + i,
+                                         "hash_ids": [7, 100 + i]}) + "\n" for i in range(20)))
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "tr", "workload": {"trace": {"file": str(trace), "block_tokens": 16}}}))
+    master = distributed(path, base_url, tmp_path, "8s", users=6)
+    assert master.returncode == 0, master.stderr[-3000:]
+    records = sorted(read_records(tmp_path / "run" / "records.jsonl"), key=lambda r: r.output_tokens)
+    assert [r.output_tokens for r in records] == [3 + i for i in range(20)]
+    assert {r.prompt_tokens for r in records} == {40}
+    assert {r.worker for r in records} == {1, 2}
+    # each row due at its offset from the test's start, on its worker's clock (moved onto the
+    # master's: the workers' starts differ by the messages' latency only)
+    due = [r.scheduled_at - records[0].scheduled_at for r in records]
+    assert all(abs(d - 0.1 * i) < 0.05 for i, d in enumerate(due)), due
+    assert all(r.sent_at is not None and 0 <= r.sent_at - r.scheduled_at < 0.05 for r in records)
+    assert sorted(r.cached_tokens for r in records) == [0] + [16] * 19

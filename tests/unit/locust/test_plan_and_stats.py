@@ -50,7 +50,6 @@ def test_plan_of_the_chat_scenario() -> None:
     ({"load": {"rate": 4}}, "load.rate"),
     ({"load": {"concurrency": "unlimited"}}, "load.concurrency"),
     ({"serve": {"backend": "sim"}, "matrix": {"serve.sim.ttft_ms": [10, 20]}}, "matrix"),
-    ({"workload": {"trace": {"file": "t.jsonl"}}}, "workload.trace"),
     ({"load": {"stages": [{"duration_s": 5, "rate": 4}]}}, "load.stages"),
     ({"load": {"search": {"by": "rate", "slo": {"ttft_ms": {"p99": 300}}}}}, "load.search.by"),
     ({"load": {"ramp_up": {"strategy": "linear", "start_rate": 1, "end_rate": 4}}}, "load.ramp_up"),
