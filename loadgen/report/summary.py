@@ -98,6 +98,7 @@ def _throughput_line(m: CellMetrics) -> str:
         f"QPS {_num(m.request_throughput, 3)}",
         f"output tok/s {_num(m.output_throughput, 1)}",
         f"total tok/s {_num(m.total_token_throughput, 1)}",
+        f"in flight: peak {m.in_flight_peak}, mean {_num(m.in_flight_mean, 1)}",
         f"tokens from {m.token_count_source}",
     ]
     if m.slo is not None:

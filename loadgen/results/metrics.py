@@ -8,7 +8,7 @@ cancelled requests (the run was stopped while they were in flight) are counted a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -56,6 +56,25 @@ def _group(measured: list[RequestRecord], key: str, value: int) -> Breakdown:
     prompt = sum(r.prompt_tokens or 0 for r in reported)
     return Breakdown(key, value, summarize(rs, breakdown=False), cached if reported else None,
                      cached / prompt if prompt else None)
+
+
+def in_flight(records: Sequence[RequestRecord]) -> tuple[int, float | None]:
+    """(the most requests in flight at once, the time-weighted mean from the first sent to the
+    last ended); a request is in flight from its send to its end, whatever its outcome."""
+    spans = [(r.sent_at, r.done_at) for r in records if r.sent_at is not None and r.done_at is not None]
+    if not spans:
+        return 0, None
+    events = sorted([(s, 1) for s, _ in spans] + [(d, -1) for _, d in spans], key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    area = 0.0
+    last = events[0][0]
+    for at, step in events:
+        area += level * (at - last)
+        last = at
+        level += step
+        peak = max(peak, level)
+    span = events[-1][0] - events[0][0]
+    return peak, (round(area / span, 3) if span > 0 else float(peak))
 
 
 def summarize(
@@ -137,6 +156,8 @@ def summarize(
     )
     if retries := sum(r.retries for r in measured):
         metrics = replace(metrics, connection_retries=retries)
+    peak, mean = in_flight(measured)
+    metrics = replace(metrics, in_flight_peak=peak, in_flight_mean=mean)
     thinking = [r for r in ok if r.reasoning_tokens > 0]
     if thinking:
         metrics = replace(metrics, reasoning=Reasoning(

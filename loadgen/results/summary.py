@@ -153,6 +153,10 @@ class CellMetrics:
     # requests sent again on a new connection: the server closed a kept-alive one before any
     # byte of the answer (a request that never reached it); their times are the first attempt's
     connection_retries: int = 0
+    # the load as it ran: the most requests in flight at once, and the time-weighted mean from
+    # the first request sent to the last one ended (a label says what was set, these what ran)
+    in_flight_peak: int = 0
+    in_flight_mean: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -182,6 +186,7 @@ class CellMetrics:
         values["failures_by_class"] = dict(data.get("failures_by_class") or {})
         values["reasoning"] = Reasoning.from_dict(data.get("reasoning"))
         values["connection_retries"] = int(data.get("connection_retries") or 0)
+        values["in_flight_peak"] = int(data.get("in_flight_peak") or 0)
         for by, name in (("turn", "turns"), ("stage", "stages")):
             if (groups := data.get(name)) is not None:
                 values[name] = tuple(Breakdown.from_dict(by, g) for g in groups)

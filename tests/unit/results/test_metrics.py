@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from loadgen.results.metrics import distribution, itl_values, summarize
+from loadgen.results.metrics import distribution, in_flight, itl_values, summarize
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.schema import Slo
 
@@ -119,3 +119,16 @@ def test_prompt_drift_and_chunk_discrepancy_are_reported() -> None:
     assert m["prompt_tokens_drift_mean"] == pytest.approx(1.0)
     assert m["chunk_token_discrepancy"] == {"requests": 1, "tokens": 1}
     assert "goodput" not in m
+
+
+def test_requests_in_flight_by_hand() -> None:
+    # sent at 0, 0, 1 and 3; ended at 2, 4, 2 and 4: two in flight over [0, 1), three over
+    # [1, 2), one over [2, 3), two over [3, 4): peak 3, mean (2 + 3 + 1 + 2) / 4 = 2.0; a
+    # request ending as another starts does not overlap it
+    records = [rec(0, 0.0, (0.5,), (1,), 2.0), rec(1, 0.0, (0.5,), (1,), 4.0), rec(2, 1.0, (1.5,), (1,), 2.0),
+               rec(3, 3.0, (3.5,), (1,), 4.0)]
+    assert in_flight(records) == (3, 2.0)
+    m = summarize(records)
+    assert (m.in_flight_peak, m.in_flight_mean) == (3, 2.0)
+    assert in_flight([rec(0, 0.0, (0.5,), (1,), 1.0), rec(1, 1.0, (1.5,), (1,), 2.0)]) == (1, 1.0)
+    assert in_flight([]) == (0, None)
