@@ -74,23 +74,17 @@ def test_a_running_figure_far_over_stops_a_probe_of_unknown_length() -> None:
     assert stops2.count == 0
 
 
-def test_a_running_percentile_is_judged_only_with_five_requests_beyond_it() -> None:
-    # p90: 5 / 0.1 = 50 requests; checks at 20, 40, 80: the first stop comes at 80, not at 20 or 40
-    w, stops = watch(None, tpot_ms={"p90": 20})
-    for i in range(79):
+@pytest.mark.parametrize(("stat", "stops_at"), [("p90", 80), ("p99", 640)])
+def test_a_running_percentile_is_judged_only_with_five_requests_beyond_it(stat: str, stops_at: int) -> None:
+    # checks at 20, 40, 80, ...: a p90 needs 5 / 0.1 = 50 requests (first stop at 80), a p99 500 (at 640)
+    w, stops = watch(None, tpot_ms={stat: 20})
+    for i in range(stops_at - 1):
         w.add(rec(50.0, tpot_ms=45.0, i=i))
     assert stops.count == 0
-    w.add(rec(50.0, tpot_ms=45.0, i=79))
+    w.add(rec(50.0, tpot_ms=45.0, i=stops_at - 1))
     assert stops.count == 1
     assert w.stopped is not None
-    assert w.stopped.reason.startswith("TPOT p90 over the first 80 requests is 45.0 ms")
-    # p99: 500 requests; 320 far over are not enough, 640 are
-    w99, stops99 = watch(None, tpot_ms={"p99": 20})
-    for i in range(639):
-        w99.add(rec(50.0, tpot_ms=45.0, i=i))
-    assert stops99.count == 0
-    w99.add(rec(50.0, tpot_ms=45.0, i=639))
-    assert stops99.count == 1
+    assert w.stopped.reason.startswith(f"TPOT {stat} over the first {stops_at} requests is 45.0 ms")
 
 
 def test_a_growing_server_queue_stops_an_open_loop_probe() -> None:
