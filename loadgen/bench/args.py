@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from loadgen.data import Unchecked
 from loadgen.errors import UsageError
@@ -46,9 +46,83 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"loadgen bench serve: {message}")
 
 
+# what each flag does, as `loadgen bench serve --help` says it (vLLM's meaning, loadgen's measuring)
+HELP: dict[str, str] = {
+    "--backend": "API to send: openai / vllm (completions) or openai-chat / vllm-chat (chat)",
+    "--base-url": "server's base URL, e.g. http://127.0.0.1:8000 (else --host and --port)",
+    "--host": "server's host (with --port, when --base-url is not given)",
+    "--port": "server's port",
+    "--endpoint": "path of the API (default: /v1/completions or /v1/chat/completions)",
+    "--model": "model id to send (default: the server's first model)",
+    "--served-model-name": "model id the server serves, when it differs from --model",
+    "--tokenizer": "tokenizer that counts a dataset's lengths (name or directory)",
+    "--dataset-name": "where prompts come from: random, sharegpt, custom (JSONL), prefix_repetition or hf",
+    "--dataset-path": "the dataset's file (sharegpt, custom) or directory (hf)",
+    "--disable-shuffle": "send a dataset's entries in file order",
+    "--num-prompts": "requests to send",
+    "--input-len": "prompt tokens (random dataset; same as --random-input-len)",
+    "--output-len": "output tokens (random dataset; same as --random-output-len)",
+    "--random-input-len": "prompt tokens of the random dataset",
+    "--random-output-len": "output tokens of the random dataset",
+    "--random-range-ratio": "spread lengths uniformly within this share around the mean",
+    "--random-prefix-len": "tokens of a prefix every random prompt shares",
+    "--sharegpt-output-len": "output tokens for every ShareGPT entry (default: its answer's length)",
+    "--custom-output-len": "output tokens for every custom (JSONL) prompt",
+    "--prefix-repetition-prefix-len": "tokens of each shared prefix (prefix_repetition)",
+    "--prefix-repetition-suffix-len": "tokens after the prefix, each request's own (prefix_repetition)",
+    "--prefix-repetition-num-prefixes": "distinct prefixes, shared round-robin (prefix_repetition)",
+    "--prefix-repetition-output-len": "output tokens (prefix_repetition)",
+    "--hf-name": "Hugging Face dataset name (hf)",
+    "--hf-split": "dataset split (hf)",
+    "--hf-subset": "dataset subset (hf)",
+    "--hf-output-len": "output tokens for every hf entry",
+    "--request-rate": "requests per second (default inf: all at once, open loop)",
+    "--burstiness": "gamma shape of the gaps between requests (1: Poisson)",
+    "--max-concurrency": "most requests in flight at once",
+    "--ramp-up-strategy": "raise the rate over the run: linear or exponential",
+    "--ramp-up-start-rps": "rate at the start of the ramp",
+    "--ramp-up-end-rps": "rate at the end of the ramp",
+    "--num-warmups": "warmup requests before the measured ones",
+    "--ignore-eos": "ask the server to generate past the end-of-sequence token",
+    "--temperature": "sampling temperature",
+    "--top-p": "nucleus sampling's top p",
+    "--top-k": "top k sampling",
+    "--min-p": "min p sampling",
+    "--frequency-penalty": "frequency penalty",
+    "--presence-penalty": "presence penalty",
+    "--repetition-penalty": "repetition penalty",
+    "--extra-body": "JSON merged into every request's body",
+    "--chat-template-kwargs": "JSON passed to the chat template (chat_template_kwargs)",
+    "--header": "KEY=VALUE header on every request (repeatable)",
+    "--goodput": "SLO KEY:MS for goodput, e.g. ttft:300 tpot:20 (repeatable)",
+    "--percentile-metrics": "metrics whose percentiles are printed: ttft,tpot,itl,e2el",
+    "--metric-percentiles": "percentiles printed, e.g. 50,90,99",
+    "--seed": "seed of prompts and arrival times",
+    "--save-result": "write the result JSON (and the run directory)",
+    "--save-detailed": "with --save-result: per-request figures in the JSON",
+    "--result-dir": "directory of the result JSON",
+    "--result-filename": "file name of the result JSON",
+    "--label": "label of the run in the result's name",
+    "--metadata": "KEY=VALUE added to the result JSON (repeatable)",
+    "--disable-tqdm": "no progress bar",
+    "--save-scenario": "write the equivalent loadgen scenario to this file",
+    "--out": "loadgen's run directory (default: none unless --save-result)",
+    "--append-result": "append the result to the result file (one JSON per line)",
+    "--insecure": "do not verify the server's TLS certificate",
+    "--request-id-prefix": "prefix of each request's X-Request-Id",
+    "--ready-check-timeout-sec": "wait up to this many seconds for the server to be ready",
+    # taken for vLLM's command lines and ignored, saying why
+    **{flag: f"ignored: {why}" for flag, why in IGNORED.items()},
+}
+
+
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="loadgen bench serve", add_help=False, allow_abbrev=False)
-    a = p.add_argument
+    p = _Parser(prog="loadgen bench serve", add_help=False, allow_abbrev=False,
+                usage="loadgen bench serve [vllm bench serve's flags]",
+                description="vllm bench serve's command line, measured by loadgen.")
+
+    def a(flag: str, **kw: Any) -> None:
+        p.add_argument(flag, help=HELP[flag], **kw)
     a("--backend", choices=("openai", "openai-chat", "vllm", "vllm-chat"), default="openai")
     a("--base-url")
     a("--host", default="127.0.0.1")

@@ -70,3 +70,16 @@ def test_output_len_stands_for_every_datasets_output_length() -> None:
         sc = parse_scenario(parse(["--dataset-name", name, *extra, "--output-len", "42"]).scenario)
         fixed = sc.workload.dataset.output_tokens if sc.workload.dataset else sc.workload.output_tokens[0]
         assert fixed == 42
+
+
+def test_every_flag_says_what_it_does() -> None:
+    from loadgen.bench.args import HELP, parser
+
+    p = parser()
+    flags = [a.option_strings[0] for a in p._actions if a.option_strings]
+    assert len(flags) >= 60
+    assert all(HELP.get(f) for f in flags)
+    text = p.format_help()
+    assert "--num-prompts NUM_PROMPTS\n" in text or "--num-prompts NUM_PROMPTS  requests to send" in text
+    assert "requests to send" in text
+    assert text.startswith("usage: loadgen bench serve [vllm bench serve's flags]")
