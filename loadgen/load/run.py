@@ -232,19 +232,21 @@ class _Run:
         self.entries[cell.index] = cell_summary(cell, records, line, samples)
         self.write_outputs()
         self.obs.cell_finished(cell, self.entries[cell.index])
+        load = cell.concurrency if cell.rate is None else cell.rate  # a probe by its load: no count ahead
+        where = f"cell {cell.index + 1}/{self.n_cells}" if cell.search is None else f"probe {cell.index + 1} ({load})"
         if status in ("failed", "skipped"):
-            self.obs.message(f"cell {cell.index + 1}/{self.n_cells} {status}: {reason}")
+            self.obs.message(f"{where} {status}: {reason}")
         entry = self.entries[cell.index]
         if (health := entry.client) is not None and health.client_bound:
             what = {"starved": "was client-starved", "saturated": "was client-bound"}.get(
                 health.verdict, "had a lagging client"
             )
             self.obs.message(
-                f"warning: cell {cell.index + 1}/{self.n_cells} {what} ({'; '.join(health.reasons)}): "
+                f"warning: {where} {what} ({'; '.join(health.reasons)}): "
                 f"its TTFT / ITL include the client's own delay; {health.advice}"
             )
         for warning in entry.warnings:
-            self.obs.message(f"warning: cell {cell.index + 1}/{self.n_cells}: {warning}")
+            self.obs.message(f"warning: {where}: {warning}")
 
     def serve_group(self, todo: CellQueue, base_url: str | None, n: int, n_groups: int, *, single: bool) -> None:
         """Launch the group's engine (unless given a URL) and run its cells until they are done

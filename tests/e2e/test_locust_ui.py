@@ -177,6 +177,12 @@ def test_locust_counts_requests_and_the_llm_tab_charts_the_run(
         assert tab_total["requests"] == second + sum(
             1 for r in read_records(run_dir / "records.jsonl") if r.cell == 1 and not r.ok and r.error != "cancelled")
 
+        # the pages loadgen adds to: no console error, no script shown as text
+        page = browser.find_element(By.TAG_NAME, "body").text
+        assert "window.templateArgs" not in page
+        assert "use strict" not in page
+        assert console_errors(browser) == []
+
         # Locust's own report: it renders (its charts drawn, no script shown as text, no console
         # error) with the LLM figures of the last test
         errors_before = len(console_errors(browser))

@@ -346,3 +346,23 @@ def test_a_trace_under_two_workers_sends_each_row_once_at_its_time(start_sim: St
     assert all(abs(d - 0.1 * i) < 0.05 for i, d in enumerate(due)), due
     assert all(r.sent_at is not None and 0 <= r.sent_at - r.scheduled_at < 0.05 for r in records)
     assert sorted(r.cached_tokens for r in records) == [0] + [16] * 19
+
+
+def test_timeout_around_a_headless_run_leaves_a_run_directory_report_reads(start_sim: StartSim,
+                                                                          tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=5)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        ["timeout", "5", sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario_file(tmp_path)),
+         "--host", base_url, "--headless", "-u", "2", "-r", "2", "-t", "10m", "--out", str(run_dir), "--only-summary"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+    assert proc.returncode == 124, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    report = subprocess.run([sys.executable, "-m", "loadgen", "report", str(run_dir)], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT)
+    assert report.returncode == 0, report.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    measured = [r for r in read_records(run_dir / "records.jsonl") if r.error != "cancelled"]
+    assert summary["cells"][0]["metrics"]["completed"] == len(measured) > 0
