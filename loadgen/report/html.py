@@ -16,6 +16,7 @@ from typing import Any
 
 from loadgen.data import Unchecked
 from loadgen.report.capacity import plot_capacity
+from loadgen.report.headline import about, title, verdict
 from loadgen.report.plots import write_plots
 from loadgen.report.summary import COLUMNS, breakdown_tables, cell_title, console_lines, latency_rows
 from loadgen.report.tables import Table
@@ -130,12 +131,14 @@ def render_html(summary: Summary, run_dir: Path) -> str:
         for title, svg in charts(summary, run_dir)
     )
     interrupted = "<p><strong>Interrupted</strong>: figures cover what was measured before the stop.</p>"
+    heading = title(summary)
+    found = "".join(f'<p class="verdict"><strong>{_e(line)}</strong></p>' for line in verdict(summary))
+    tested = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in about(summary))
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_e(summary.scenario)}: loadgen report</title><style>{STYLE}</style></head><body>"
-        f"<h1>{_e(summary.scenario)}</h1>"
-        f"<p>Model <code>{_e(summary.model or 'unknown')}</code>; {len(summary.cells)} cells; "
-        f"re-derived from <code>{_e(run_dir.name)}/records.jsonl</code>.</p>"
+        f"<title>{_e(heading)}: loadgen report</title><style>{STYLE}</style></head><body>"
+        f"<h1>{_e(heading)}</h1>" + found + f'<dl class="tested">{tested}</dl>'
+        + f"<p>{len(summary.cells)} cells, re-derived from <code>{_e(run_dir.name)}/records.jsonl</code>.</p>"
         + (interrupted if summary.interrupted else "")
         + (f"<p><strong>Resumed</strong>: continued {summary.resumed} time(s) after a stop; finished cells "
            "were kept.</p>" if summary.resumed else "")

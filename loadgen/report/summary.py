@@ -50,14 +50,20 @@ def cell_title(cell: CellSummary) -> str:
 def params_text(params: Labels, load: str | None = None) -> str:
     """The workload and the load (``load``: said otherwise than by the parameters)."""
     rate = params.get("rate")
-    lengths = f"input {params['input_tokens']} / output {params['output_tokens']} tokens"
-    if (source := params.get("workload")) is not None:
-        lengths = f"{source} ({lengths} per message)" if source.startswith("multi-turn") else f"{source} prompts"
+    lengths = workload_text(params)
     if load is not None:
         return f"{lengths}, {load}"
     if (schedule := params.get("schedule")) is not None:
         return f"{lengths}, {schedule}"
     return f"{lengths}, {load_text(params['concurrency'], rate)}"
+
+
+def workload_text(params: Labels) -> str:
+    """``input 1024 / output 128 tokens``, a dataset's prompts, or sessions' messages."""
+    lengths = f"input {params['input_tokens']} / output {params['output_tokens']} tokens"
+    if (source := params.get("workload")) is not None:
+        lengths = f"{source} ({lengths} per message)" if source.startswith("multi-turn") else f"{source} prompts"
+    return lengths
 
 
 def load_text(concurrency: int | str | None, rate: float | None) -> str:
@@ -227,9 +233,9 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
 
 def render_markdown(summary: Summary) -> str:
     """``report.md``: a section per cell (latency table and throughput line) and the sweep."""
-    parts = [f"# {summary.scenario}", ""]
-    if summary.model:
-        parts += [f"Model: `{summary.model}`", ""]
+    from loadgen.report.headline import headline_md
+
+    parts = headline_md(summary)
     if summary.interrupted:
         parts += ["**Interrupted**: figures cover what was measured before the stop.", ""]
     if summary.resumed:
