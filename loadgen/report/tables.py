@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -126,18 +127,36 @@ def render_md(table: Table) -> str:
     return "\n".join(lines)
 
 
+# a share as the tables show it, "36.8%"
+_PERCENT = re.compile(r"^-?\d+(\.\d+)?%$")
+
+
+def plain(cell: str) -> str | float | None:
+    """A cell as data files hold it: a number as a number (a share as its fraction), no figure
+    (``-``) as nothing, and text as text."""
+    if cell in ("-", ""):
+        return None
+    if _PERCENT.match(cell):
+        return round(float(cell[:-1]) / 100, 6)
+    try:
+        return float(cell) if any(c in cell for c in ".eE") else int(cell)
+    except ValueError:
+        return cell
+
+
 def render_csv(table: Table) -> str:
+    """CSV for spreadsheets and scripts: numbers plain, shares as fractions, no figure empty."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(table.headers)
-    writer.writerows(table.rows)
+    writer.writerows([["" if (v := plain(c)) is None else v for c in r] for r in table.rows])
     return buf.getvalue()
 
 
 def render_json(table: Table) -> str:
     data = {
         "title": table.title,
-        "rows": [dict(zip(table.headers, r, strict=True)) for r in table.rows],
+        "rows": [dict(zip(table.headers, (plain(c) for c in r), strict=True)) for r in table.rows],
         "footnotes": list(table.footnotes),
     }
     return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()

@@ -40,3 +40,14 @@ def test_a_sweep_opens_with_its_highest_throughput() -> None:
     line = verdict(sweep)[0]
     assert line.startswith(f"highest output throughput: {best.metrics.output_throughput:,.1f} tok/s")
     assert line.endswith(f"in cell {best.number}, closed loop of {best.params['concurrency']}")
+
+
+def test_data_files_hold_numbers_not_strings() -> None:
+    from loadgen.report.tables import Table, plain, render_csv, render_json
+
+    assert [plain(c) for c in ("-", "36.8%", "0.0%", "21", "20.50", "1e-3", "vllm 0.32.0", "8 (stopped early)")] == [
+        None, 0.368, 0.0, 21, 20.5, 0.001, "vllm 0.32.0", "8 (stopped early)"]
+    table = Table(("engine", "QPS", "rate", "cache hits"), (("vllm", "12.345", "-", "36.8%"),))
+    assert render_csv(table) == "engine,QPS,rate,cache hits\nvllm,12.345,,0.368\n"
+    assert '"rate": null' in render_json(table)
+    assert '"cache hits": 0.368' in render_json(table)
