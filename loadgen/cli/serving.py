@@ -76,7 +76,7 @@ def models() -> None:
 
     table = Table(title="loadgen model catalogue", title_justify="left")
     for col in ("alias", "hub id (bf16)", "params", "context", "quantizations", "GPUs bf16/int8/int4/awq"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a narrow terminal wraps what users must type, never cuts it
     for alias, e in load_catalogue().items():
         context = f"{e.context}" + (f" ({e.long_context} YaRN)" if e.long_context else "")
         gpus = "/".join(
@@ -219,7 +219,7 @@ def engines() -> None:
 
     table = Table(title="engines (loadgen serve MODEL --backend NAME)", title_justify="left")
     for col in ("backend", "engine", "here", "install", "hardware"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # an install command wrapped whole, never cut
     for e in all_engines():
         here = ("yes: " if e.installed else "no: ") + e.detail
         table.add_row(*(Text(x) for x in (e.name or "-", e.label, here, e.install, e.hardware)))
