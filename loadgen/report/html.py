@@ -75,10 +75,10 @@ def charts(summary: Summary, run_dir: Path) -> list[tuple[str, str]]:
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
-        paths = write_plots(summary, run_dir, where, "svg")
-        for i, cap in enumerate(summary.capacity):
-            if (p := plot_capacity(cap, where / f"capacity-{i + 1}.svg", summary.scenario)) is not None:
-                paths.append(p)
+        # a search's answer first: its capacity chart leads
+        paths = [p for i, cap in enumerate(summary.capacity)
+                 if (p := plot_capacity(cap, where / f"capacity-{i + 1}.svg", summary.scenario)) is not None]
+        paths += write_plots(summary, run_dir, where, "svg")
         for p in paths:
             out.append((CHART_TITLES.get(p.stem.split("-")[0], p.stem), _svg(p)))
     return out

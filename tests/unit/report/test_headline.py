@@ -51,3 +51,10 @@ def test_data_files_hold_numbers_not_strings() -> None:
     assert render_csv(table) == "engine,QPS,rate,cache hits\nvllm,12.345,,0.368\n"
     assert '"rate": null' in render_json(table)
     assert '"cache hits": 0.368' in render_json(table)
+
+
+def test_a_searchs_capacity_chart_comes_first() -> None:
+    from loadgen.report.html import charts
+
+    summary = rebuild_summary(RUN)
+    assert [t for t, _ in charts(summary, RUN)][0] == "Capacity search"
