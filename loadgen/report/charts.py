@@ -102,17 +102,45 @@ def measured_by_cell(records: list[RequestRecord]) -> dict[int, list[RequestReco
     return out
 
 
+SLO_KEYS = {"TTFT": "ttft_ms", "TPOT": "tpot_ms", "E2E latency": "e2e_ms"}
+
+
+def slo_bounds(summary: Summary) -> dict[str, list[tuple[str, float]]]:
+    """Each latency's objectives as the run set them (a search's, or the scenario's slo), by
+    chart name: (label, ms)."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for name, key in SLO_KEYS.items():
+        found: dict[tuple[str, float], None] = {}
+        for cap in summary.capacity:
+            stats = cap.slo.get(key)
+            if isinstance(stats, dict):
+                found.update({(f"objective {stat}", float(bound)): None for stat, bound in stats.items()})
+        for c in summary.measured:
+            if c.metrics is not None and c.metrics.slo and (bound := c.metrics.slo.get(key)) is not None:
+                found[("objective", float(bound))] = None
+        if found:
+            out[name] = list(found)
+    return out
+
+
 def plot_distributions(summary: Summary, records: list[RequestRecord], path: Path) -> Path | None:
-    """TTFT, TPOT and E2E as cumulative distributions (ms), a line per cell."""
+    """TTFT, TPOT and E2E as cumulative distributions (ms), a line per cell, each objective a
+    dashed line at its bound."""
     by_cell = measured_by_cell(records)
     cells = [c for c in summary.measured if by_cell.get(c.cell)]
     if not cells:
         return None
     axes_k = varying_axes(cells)
+    bounds = slo_bounds(summary)
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     for ax, (name, value) in zip(axes, METRICS, strict=True):
         seen: list[float] = []
+        for label, ms in bounds.get(name, []):
+            ax.axvline(ms, color="#d62728", linestyle="--", linewidth=1.2)
+            ax.annotate(f"{label} {ms:g} ms", (ms, 0.04), rotation=90, fontsize=7, color="#d62728",
+                        xytext=(3, 0), textcoords="offset points")
+            seen.append(ms)
         for c in cells:
             xs = np.sort([v * 1e3 for r in by_cell[c.cell] if (v := value(r)) is not None])
             if xs.size:

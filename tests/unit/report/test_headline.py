@@ -58,3 +58,9 @@ def test_a_searchs_capacity_chart_comes_first() -> None:
 
     summary = rebuild_summary(RUN)
     assert [t for t, _ in charts(summary, RUN)][0] == "Capacity search"
+
+
+def test_latency_charts_draw_the_objectives() -> None:
+    from loadgen.report.charts import slo_bounds
+
+    assert slo_bounds(rebuild_summary(RUN)) == {"TTFT": [("objective p99", 100.0)], "TPOT": [("objective p99", 12.0)]}
