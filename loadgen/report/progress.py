@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 
@@ -69,6 +70,7 @@ class ProgressObserver:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[tps]:>9} tok/s"),
+            TextColumn("TTFT p50 {task.fields[ttft]:>7} ms"),
             TextColumn("errors {task.fields[errors]}"),
             TimeElapsedColumn(),
             console=console,
@@ -77,6 +79,8 @@ class ProgressObserver:
         self.errors = 0
         self.rate = LiveRate()
         self.tps = "-"
+        self.ttfts: deque[float] = deque(maxlen=256)  # the latest requests' TTFT (s)
+        self.ttft = "-"
         self.next_rate = 0.0
 
     def message(self, text: str) -> None:
@@ -88,19 +92,23 @@ class ProgressObserver:
         self.errors = 0
         self.rate = LiveRate()
         self.tps, self.next_rate = "-", 0.0
+        self.ttfts.clear()
+        self.ttft = "-"
         p = cell.params()
         lengths = p.get("workload") or f"in={p['input_tokens']} out={p['output_tokens']}"
         what = f"probe {cell.index + 1}" if cell.search is not None else f"cell {cell.index + 1}/{cells}"
         desc = f"{what} {lengths} c={p['concurrency']}"
         if p["rate"] is not None:
             desc += f" rate={p['rate']:g}"
-        self.task = self.progress.add_task(desc, total=total, tps="-", errors=0)
+        self.task = self.progress.add_task(desc, total=total, tps="-", ttft="-", errors=0)
 
     def record(self, record: RequestRecord) -> None:
         if record.warmup or self.task is None:
             return
         if record.ok:
             self.rate.add(record)
+            if (ttft := record.ttft_s) is not None:
+                self.ttfts.append(ttft)
         elif record.error != "cancelled":
             self.errors += 1
         # this runs on the client's event loop for every request that ends: the rate (a pass
@@ -110,14 +118,17 @@ class ProgressObserver:
             self.next_rate = now + RATE_EVERY_S
             tps = self.rate.rate()
             self.tps = "-" if tps is None else f"{tps:,.0f}"
-        self.progress.update(self.task, advance=1, tps=self.tps, errors=self.errors)
+            self.ttft = f"{statistics.median(self.ttfts) * 1e3:,.1f}" if self.ttfts else "-"
+        self.progress.update(self.task, advance=1, tps=self.tps, ttft=self.ttft, errors=self.errors)
 
     def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
         """The bar ends on the cell's figure, the one its table shows (output tokens over the
         measured window), not on the last live reading."""
         m = summary.metrics
         if self.task is not None and m is not None and m.output_throughput is not None:
-            self.progress.update(self.task, tps=f"{m.output_throughput:,.0f}")
+            ttft = m.ttft_s.p50
+            self.progress.update(self.task, tps=f"{m.output_throughput:,.0f}",
+                                 ttft="-" if ttft is None else f"{ttft * 1e3:,.1f}")
 
     def close(self) -> None:
         self.progress.stop()
