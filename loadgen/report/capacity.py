@@ -188,7 +188,8 @@ def plot_capacity(cap: CapacityAnswer, path: Path, title: str) -> Path | None:
                 bound = stats.get(stat) if isinstance(stats, dict) else None
                 ax.set_ylabel(f"{objective_label(key)} (ms)")
             if bound is not None:
-                ax.axhline(bound, color="tab:red", linestyle="--", linewidth=1, label=f"SLO {bound:g}")
+                unit = f"{bound:.2%}" if key == ERROR_RATE else f"{bound:g} ms"
+                ax.axhline(bound, color="tab:red", linestyle="--", linewidth=1, label=f"objective {unit}")
                 ax.legend(fontsize=8, loc="upper left")
             ax.set_title(objective_label(key))
         for x, y, p in zip(xs, series, probes, strict=True):
