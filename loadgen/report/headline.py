@@ -3,10 +3,28 @@ top of ``report.md`` and ``report.html`` (the tables and charts follow)."""
 
 from __future__ import annotations
 
+from loadgen.data import Labels
 from loadgen.report.capacity import answer_lines, slo_text
-from loadgen.report.summary import load_text, workload_text
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.summary import CellSummary, Summary
+
+
+def workload_text(params: Labels) -> str:
+    """``input 1024 / output 128 tokens``, a dataset's prompts, or sessions' messages."""
+    lengths = f"input {params['input_tokens']} / output {params['output_tokens']} tokens"
+    if (source := params.get("workload")) is not None:
+        lengths = f"{source} ({lengths} per message)" if source.startswith("multi-turn") else f"{source} prompts"
+    return lengths
+
+
+def load_text(concurrency: int | str | None, rate: float | None) -> str:
+    """The load as it was applied: ``closed loop of 16`` (each stream sends its next request
+    when the last ends), ``rate 4/s`` (open loop, at most N in flight when capped), or ``all at
+    once`` (every request sent at the start)."""
+    capped = concurrency not in (None, "unlimited")
+    if rate is not None:
+        return f"rate {rate:g}/s" + (f", at most {concurrency} in flight" if capped else "")
+    return f"closed loop of {concurrency}" if capped else "all at once"
 
 
 def _unique(values: list[str]) -> list[str]:

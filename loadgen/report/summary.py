@@ -7,6 +7,7 @@ from rich.table import Table as RichTable
 
 from loadgen.data import Labels
 from loadgen.report.capacity import answer_lines, capacity_table, probe_table
+from loadgen.report.headline import headline_md, load_text, workload_text
 from loadgen.report.layouts import axis_title, axis_value, varying_axes
 from loadgen.report.tables import Table, render_md
 from loadgen.results.summary import CellMetrics, CellSummary, Distribution, Summary
@@ -56,24 +57,6 @@ def params_text(params: Labels, load: str | None = None) -> str:
     if (schedule := params.get("schedule")) is not None:
         return f"{lengths}, {schedule}"
     return f"{lengths}, {load_text(params['concurrency'], rate)}"
-
-
-def workload_text(params: Labels) -> str:
-    """``input 1024 / output 128 tokens``, a dataset's prompts, or sessions' messages."""
-    lengths = f"input {params['input_tokens']} / output {params['output_tokens']} tokens"
-    if (source := params.get("workload")) is not None:
-        lengths = f"{source} ({lengths} per message)" if source.startswith("multi-turn") else f"{source} prompts"
-    return lengths
-
-
-def load_text(concurrency: int | str | None, rate: float | None) -> str:
-    """The load as it was applied: ``closed loop of 16`` (each stream sends its next request
-    when the last ends), ``rate 4/s`` (open loop, at most N in flight when capped), or ``all at
-    once`` (every request sent at the start)."""
-    capped = concurrency not in (None, "unlimited")
-    if rate is not None:
-        return f"rate {rate:g}/s" + (f", at most {concurrency} in flight" if capped else "")
-    return f"closed loop of {concurrency}" if capped else "all at once"
 
 
 def _cache_text(cell: CellSummary) -> str:
@@ -233,8 +216,6 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
 
 def render_markdown(summary: Summary) -> str:
     """``report.md``: a section per cell (latency table and throughput line) and the sweep."""
-    from loadgen.report.headline import headline_md
-
     parts = headline_md(summary)
     if summary.interrupted:
         parts += ["**Interrupted**: figures cover what was measured before the stop.", ""]
