@@ -261,10 +261,14 @@ def locust_against_the_engine(base_url: str, path: Path, tmp_path: Path) -> None
 
 
 def engine_gap_within_bounds(
-    run_dir: Path, requests: int, ttft_ms: float | None = 5.0,
+    run_dir: Path, requests: int, ttft_ms: float | None = 10.0,
 ) -> list[dict[str, dict[str, float]]]:
     """Each cell's gaps by metric, checked: both sides counted the same requests, E2E and ITL
-    within a tenth of the engine's figure, TTFT above it (by under ``ttft_ms``)."""
+    within a tenth of the engine's figure, TTFT above it (by under ``ttft_ms``: vLLM's HTTP
+    server parses and tokenizes before its engine stamps the arrival, 1-3 ms on a quiet machine,
+    5.3 ms seen on a loaded 2-core CI machine), and the TTFT and E2E gaps the same overhead
+    within 2 ms (both start at the engine's arrival stamp; a client that stamped tokens late
+    would widen one and not the other)."""
     out = []
     for cell in orjson.loads((run_dir / "summary.json").read_bytes())["cells"]:
         gaps = {g["metric"]: g for g in cell["engine_gap"]}
@@ -273,6 +277,8 @@ def engine_gap_within_bounds(
         assert abs(gaps["e2e"]["gap_share"]) < 0.10, gaps
         assert abs(gaps["itl"]["gap_share"]) < 0.10, gaps
         assert 0 < gaps["ttft"]["gap_ms"] < (ttft_ms or float("inf")), gaps
+        if ttft_ms is not None:
+            assert abs(gaps["ttft"]["gap_ms"] - gaps["e2e"]["gap_ms"]) < 2.0, gaps
         out.append(gaps)
     return out
 
