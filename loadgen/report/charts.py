@@ -64,15 +64,16 @@ def plot_load(summary: Summary, path: Path) -> Path | None:
         m = c.metrics
         assert m is not None
         key = ", ".join(f"{axis_title(k).lower()} {axis_value(c.params.get(k))}" for k in others) or "all cells"
-        lines.setdefault(key, []).append(
-            (float(c.params[load]), m.output_throughput or 0.0, m.request_throughput or 0.0))
+        # a closed loop that fell short of its concurrency is drawn where it ran (no false knee)
+        x = c.concurrency_ran if load == "concurrency" and c.concurrency_ran is not None else c.params[load]
+        lines.setdefault(key, []).append((float(x), m.output_throughput or 0.0, m.request_throughput or 0.0))
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, pts in lines.items():
         pts.sort()
         left.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=name)
         right.plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=name)
-    xlabel = "request rate (requests/s)" if load == "rate" else "concurrency (requests in flight)"
+    xlabel = "request rate (requests/s)" if load == "rate" else "concurrency (most requests in flight)"
     for ax, ylabel in ((left, "output tokens/s"), (right, "requests/s (completed)")):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)

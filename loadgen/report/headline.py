@@ -27,6 +27,18 @@ def load_text(concurrency: int | str | None, rate: float | None) -> str:
     return f"closed loop of {concurrency}" if capped else "all at once"
 
 
+def cell_load(cell: CellSummary) -> str:
+    """A cell's load as it ran: a Locust test's users, a schedule, a closed loop that fell
+    short of its concurrency by what it reached (``closed loop of 32 (64 set)``), else as set."""
+    if cell.users is not None:
+        return cell.users.text()
+    if (schedule := cell.params.get("schedule")) is not None:
+        return str(schedule)
+    if (ran := cell.concurrency_ran) is not None:
+        return f"{load_text(ran, None)} ({cell.params.get('concurrency')} set)"
+    return load_text(cell.params.get("concurrency"), cell.params.get("rate"))
+
+
 def _unique(values: list[str]) -> list[str]:
     return list(dict.fromkeys(v for v in values if v))
 
@@ -73,9 +85,7 @@ def about(summary: Summary) -> list[tuple[str, str]]:
     if summary.capacity:
         loads = [f"search by {cap.by} in {cap.min:g}..{cap.max:g}" for cap in summary.capacity]
     else:
-        loads = [c.users.text() if c.users is not None
-                 else c.params.get("schedule") or load_text(c.params.get("concurrency"), c.params.get("rate"))
-                 for c in cells]
+        loads = [cell_load(c) for c in cells]
     rows.append(("Load", "; ".join(_unique([str(v) for v in loads]))))
     objectives = _unique([slo_text(cap.slo) for cap in summary.capacity]) or _unique(
         [", ".join(f"{k.removesuffix('_ms').upper()} <= {v:g} ms" for k, v in (c.metrics.slo or {}).items())
@@ -95,10 +105,8 @@ def verdict(summary: Summary) -> list[str]:
     best: CellSummary = max(measured, key=lambda c: c.metrics.output_throughput or 0.0)  # type: ignore[union-attr]
     m = best.metrics
     assert m is not None
-    load = best.users.text() if best.users is not None else load_text(best.params.get("concurrency"),
-                                                                        best.params.get("rate"))
     line = (f"highest output throughput: {m.output_throughput:,.1f} tok/s ({m.request_throughput or 0:,.2f} "
-            f"requests/s) in cell {best.number}, {load}")
+            f"requests/s) in cell {best.number}, {cell_load(best)}")
     if m.slo_attained is not None:
         line += f"; {m.slo_attained:.1%} of its requests met the objectives"
     out = [line]

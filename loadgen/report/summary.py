@@ -7,7 +7,7 @@ from rich.table import Table as RichTable
 
 from loadgen.data import Labels
 from loadgen.report.capacity import answer_lines, capacity_table, probe_table
-from loadgen.report.headline import headline_md, load_text, workload_text
+from loadgen.report.headline import cell_load, headline_md, load_text, workload_text
 from loadgen.report.layouts import axis_title, axis_value, varying_axes
 from loadgen.report.tables import Table, render_md
 from loadgen.results.summary import CellMetrics, CellSummary, Distribution, Summary
@@ -45,7 +45,7 @@ def latency_rows(cell: CellSummary) -> list[list[str]]:
 def cell_title(cell: CellSummary) -> str:
     """A cell's heading: ``[2] input 8 / output 16 tokens, closed loop of 40``; a Locust test's
     load as its users ran, not as it was set (a ramp is no closed loop of its peak)."""
-    return f"[{cell.number}] {params_text(cell.params, None if cell.users is None else cell.users.text())}"
+    return f"[{cell.number}] {params_text(cell.params, cell_load(cell))}"
 
 
 def params_text(params: Labels, load: str | None = None) -> str:
@@ -87,7 +87,7 @@ def _throughput_line(m: CellMetrics) -> str:
         f"QPS {_num(m.request_throughput, 3)}",
         f"output tok/s {_num(m.output_throughput, 1)}",
         f"total tok/s {_num(m.total_token_throughput, 1)}",
-        f"in flight: peak {m.in_flight_peak}, mean {_num(m.in_flight_mean, 1)}",
+        f"in flight: peak {m.peak_in_flight}, mean {_num(m.mean_in_flight, 1)}",
         f"tokens from {m.token_count_source}",
     ]
     if m.slo is not None:

@@ -157,7 +157,7 @@ def summarize(
     if retries := sum(r.retries for r in measured):
         metrics = replace(metrics, connection_retries=retries)
     peak, mean = in_flight(measured)
-    metrics = replace(metrics, in_flight_peak=peak, in_flight_mean=mean)
+    metrics = replace(metrics, peak_in_flight=peak, mean_in_flight=mean)
     thinking = [r for r in ok if r.reasoning_tokens > 0]
     if thinking:
         metrics = replace(metrics, reasoning=Reasoning(

@@ -51,7 +51,7 @@ from loadgen.results.samples import (
     summarize_gpu,
     summarize_server_metrics,
 )
-from loadgen.results.summary import CellSummary, RequestBounds, Summary
+from loadgen.results.summary import CellSummary, RequestBounds, Summary, short_of_load
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
 from loadgen.scenario.redact import as_recorded, dump_scenario, redact_labels
@@ -125,6 +125,13 @@ def cell_summary(
             f"{metrics.connection_retries} requests were sent again on a new connection: the server closed a "
             "kept-alive connection before answering (llama.cpp closes after every answer); each kept the time "
             "of its first attempt, so its TTFT includes the new connection"
+        )
+    if (ran := short_of_load(cell.concurrency, metrics, cell.open_loop)) is not None:
+        assert metrics is not None
+        why = f" (the cell had {metrics.requests} requests)" if metrics.requests < (cell.concurrency or 0) else ""
+        warnings.append(
+            f"concurrency {cell.concurrency} was set, but at most {ran} requests were in flight{why}: the "
+            f"cell's figures are those of a closed loop of {ran}, and its label and charts say so"
         )
     cores = engine_cores([s.values for s in samples.get(ENGINE_CORES, []) if isinstance(s.values, EngineCoreReading)])
     if cores is not None and (said := cores.warning()) is not None:

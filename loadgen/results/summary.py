@@ -155,8 +155,8 @@ class CellMetrics:
     connection_retries: int = 0
     # the load as it ran: the most requests in flight at once, and the time-weighted mean from
     # the first request sent to the last one ended (a label says what was set, these what ran)
-    in_flight_peak: int = 0
-    in_flight_mean: float | None = None
+    peak_in_flight: int = 0
+    mean_in_flight: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -186,7 +186,7 @@ class CellMetrics:
         values["failures_by_class"] = dict(data.get("failures_by_class") or {})
         values["reasoning"] = Reasoning.from_dict(data.get("reasoning"))
         values["connection_retries"] = int(data.get("connection_retries") or 0)
-        values["in_flight_peak"] = int(data.get("in_flight_peak") or 0)
+        values["peak_in_flight"] = int(data.get("peak_in_flight") or 0)
         for by, name in (("turn", "turns"), ("stage", "stages")):
             if (groups := data.get(name)) is not None:
                 values[name] = tuple(Breakdown.from_dict(by, g) for g in groups)
@@ -257,6 +257,18 @@ class RequestBounds:
         )
 
 
+SHORT_OF_LOAD = 0.10  # a closed loop's peak in flight this far below its concurrency: said, and drawn as ran
+
+
+def short_of_load(concurrency: object, metrics: CellMetrics | None, open_loop: bool = False) -> int | None:
+    """The peak in flight of a closed loop that fell more than ``SHORT_OF_LOAD`` short of its
+    ``concurrency``; None otherwise."""
+    if open_loop or not isinstance(concurrency, int) or metrics is None or not metrics.peak_in_flight:
+        return None
+    peak = metrics.peak_in_flight
+    return peak if peak < (1 - SHORT_OF_LOAD) * concurrency else None
+
+
 @dataclass(frozen=True, slots=True)
 class CellSummary:
     """One measured point: its parameters, how it ended, the server it ran on and its figures."""
@@ -289,6 +301,13 @@ class CellSummary:
     @property
     def open_loop(self) -> bool:
         return self.params.get("rate") is not None or self.params.get("schedule") is not None
+
+    @property
+    def concurrency_ran(self) -> int | None:
+        """The most requests in flight, where a closed loop's cell fell more than
+        ``SHORT_OF_LOAD`` short of its concurrency (32 prompts at concurrency 64 ran 32 at
+        most); None where it ran as set, or has no concurrency to fall short of."""
+        return short_of_load(self.params.get("concurrency"), self.metrics, self.open_loop)
 
     @property
     def number(self) -> int:

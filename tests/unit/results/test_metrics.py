@@ -129,6 +129,6 @@ def test_requests_in_flight_by_hand() -> None:
                rec(3, 3.0, (3.5,), (1,), 4.0)]
     assert in_flight(records) == (3, 2.0)
     m = summarize(records)
-    assert (m.in_flight_peak, m.in_flight_mean) == (3, 2.0)
+    assert (m.peak_in_flight, m.mean_in_flight) == (3, 2.0)
     assert in_flight([rec(0, 0.0, (0.5,), (1,), 1.0), rec(1, 1.0, (1.5,), (1,), 2.0)]) == (1, 1.0)
     assert in_flight([]) == (0, None)
