@@ -68,23 +68,56 @@ def report(
 @app.command(cls=Command)
 @handles_errors
 def compare(
-    run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR", help="run directories to compare")],
+    run_dirs: Annotated[list[Path], typer.Argument(
+        metavar="RUN_DIR", help="run directories; the first is the baseline the others are measured against")],
     baseline: Annotated[
-        Path, typer.Option(metavar="RUN_DIR", help="the run the others are measured against (Speed X = 1)")
-    ],
-    fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="md | rst | csv | json")] = "md",
+        Path | None, typer.Option(metavar="RUN_DIR", help="the baseline, if not the first run directory")
+    ] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        metavar="NAME", help="a run's name in the output; repeatable, once per run in order (default: its model, engine and "
+        "quantization)")] = None,
+    table: Annotated[str, typer.Option(
+        metavar="TABLE", help="changes: each matched cell's latency and throughput with 95% intervals and a "
+        "verdict | cross-engine: the published comparison (Avg Tok/s, Max Mem, Speed X, Max mem %)")] = "changes",
+    fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="md | csv | json (and rst for "
+                                     "--table cross-engine)")] = "md",
+    min_change: Annotated[float, typer.Option(
+        metavar="PERCENT", help="a smaller change is never called better or worse, whatever its interval")] = 2.0,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", metavar="DIR", help="also write compare.md, .csv, .json, .png (latency against throughput, "
+        "every run on one chart) and a self-contained compare.html")] = None,
 ) -> None:
-    """Runs against a baseline, as the cross-engine comparison: Avg Tok/s, Max Mem (MiB), Speed X, Max mem %."""
+    """Runs against a baseline: per matched cell, the change of TTFT, TPOT, ITL and E2E (p50, p99),
+    requests/s and output tok/s, with a 95% interval and a verdict (better, worse, within noise)."""
+    from loadgen.report.comparison import compare_all, load_runs, render_text, write_outputs
     from loadgen.report.layouts import compare_rows, compare_table
     from loadgen.report.tables import render
     from loadgen.results.rundir import rebuild_summary
 
-    if fmt not in ("md", "rst", "csv", "json"):
-        raise UsageError(f"--format {fmt!r}: choose md, rst, csv or json")
-    dirs = list(dict.fromkeys([baseline, *run_dirs]))
-    summaries = [(str(d), rebuild_summary(d)) for d in dirs]
-    rows, base = compare_rows(summaries, summaries[0])
-    if base < 0:
-        raise UsageError(f"--baseline {baseline}: the run has no finished cell to compare against")
-    print_text(render(compare_table(rows, base), fmt))
-
+    if table not in ("changes", "cross-engine"):
+        raise UsageError(f"--table {table!r}: choose changes or cross-engine")
+    formats = ("md", "rst", "csv", "json") if table == "cross-engine" else ("md", "csv", "json")
+    if fmt not in formats:
+        raise UsageError(f"--format {fmt!r}: choose {', '.join(formats[:-1])} or {formats[-1]}")
+    if min_change < 0:
+        raise UsageError(f"--min-change {min_change:g}: a percentage of 0 or more, such as 2")
+    dirs = list(dict.fromkeys([baseline, *run_dirs] if baseline is not None else run_dirs))
+    if table == "changes" and len(dirs) < 2:
+        raise UsageError("compare needs two run directories or more: the baseline first, then the runs to "
+                         "measure against it")
+    if len(label or []) > len(dirs):
+        raise UsageError(f"--label given {len(label or [])} times for {len(dirs)} runs: one per run, in order")
+    summaries = [rebuild_summary(d) for d in dirs]
+    if table == "cross-engine":
+        rows, base = compare_rows([(str(d), s) for d, s in zip(dirs, summaries, strict=True)],
+                                  (str(dirs[0]), summaries[0]))
+        if base < 0:
+            raise UsageError(f"{dirs[0]}: the baseline has no finished cell to compare against")
+        print_text(render(compare_table(rows, base), fmt))
+        return
+    runs = load_runs(dirs, summaries, list(label or []))
+    comparisons = compare_all(runs, min_change / 100)
+    print_text(render_text(runs[0], comparisons, fmt, min_change / 100))
+    if out_dir is not None:
+        written = write_outputs(out_dir, runs[0], comparisons, runs, min_change / 100)
+        err().print(f"wrote {', '.join(p.name for p in written)} into {out_dir}", markup=False, highlight=False)

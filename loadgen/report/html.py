@@ -61,7 +61,7 @@ def table_html(table: Table, css_class: str = "") -> str:
     return f'<table class="{css_class}">{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}'
 
 
-def _svg(path: Path) -> str:
+def inline_svg(path: Path) -> str:
     """An SVG file's element, for inlining (its XML prologue and doctype dropped; ids made
     unique per chart so two charts' clip paths never collide)."""
     text = path.read_text()
@@ -80,7 +80,7 @@ def charts(summary: Summary, run_dir: Path) -> list[tuple[str, str]]:
                  if (p := plot_capacity(cap, where / f"capacity-{i + 1}.svg", summary.scenario)) is not None]
         paths += write_plots(summary, run_dir, where, "svg")
         for p in paths:
-            out.append((CHART_TITLES.get(p.stem.split("-")[0], p.stem), _svg(p)))
+            out.append((CHART_TITLES.get(p.stem.split("-")[0], p.stem), inline_svg(p)))
     return out
 
 

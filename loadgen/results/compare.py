@@ -1,0 +1,248 @@
+"""Two runs' matched cells, metric by metric: the change, its 95% bootstrap interval, a verdict.
+
+A cell of a run is matched to the baseline's cell with the same parameters (lengths, load,
+workload), the number of prompts aside: 32 and 48 prompts of the same load compare. Where a
+run holds several cells with the same parameters (a matrix over models or quantizations), the
+server's model, engine and quantization join the match.
+
+Each figure's interval comes from resampling each run's own measurements (2,000 draws, a fixed
+seed, so the same runs always give the same intervals):
+
+- TTFT, TPOT and E2E percentiles: the requests, resampled with replacement (above 2,000
+  requests, the resampled percentile's rank is drawn from its normal limit instead);
+- ITL percentiles: the pooled gaps, resampled one by one (gaps of one stream are taken as
+  independent, which narrows the interval somewhat);
+- a percentile gets no interval from fewer values than can bound it at all (368 for a p99,
+  6 for a p50): its verdict is "too few values";
+- requests/s and output tokens/s: in a closed loop, the requests in flight over the mean E2E
+  latency (Little's law), the requests resampled; in an open loop, the completions drawn as a
+  Poisson count.
+
+The interval is that of the relative change (run / baseline - 1). It holds the sampling noise
+within each run, not the drift of a machine between runs: a change whose interval excludes
+zero but which is smaller than ``min_change`` is no significant change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from loadgen.results.intervals import bounded_above_from
+from loadgen.results.metrics import itl_values
+from loadgen.results.records import RequestRecord
+from loadgen.results.summary import CellSummary, Summary
+
+DRAWS = 2000
+RESAMPLE_UP_TO = 2000  # above, a percentile's bootstrap rank is drawn from its normal limit
+MIN_REQUESTS_FOR_RATE = 8
+MIN_CHANGE = 0.02
+SEED = 20261126
+BETTER, WORSE, SAME, FEW, UNKNOWN = "better", "worse", "within noise", "too few values", "not measured"
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    key: str  # as summary.json names it: ttft_ms.p99, output_throughput
+    label: str
+    higher_is_better: bool
+    q: float | None = None  # a percentile (0-100) of per-request or per-gap values; None: a rate
+
+
+METRICS = tuple(
+    Metric(f"{name}_ms.p{q}", f"{title} p{q} (ms)", False, float(q))
+    for name, title in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+    for q in (50, 99)
+) + (
+    Metric("request_throughput", "requests/s", True),
+    Metric("output_throughput", "output tok/s", True),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    metric: str
+    label: str
+    base: float | None
+    value: float | None
+    change: float | None  # relative: value / base - 1
+    low: float | None  # the change's 95% interval (None: too few measurements for one)
+    high: float | None
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "baseline": self.base, "value": self.value, "change": self.change,
+                "change_low": self.low, "change_high": self.high, "verdict": self.verdict}
+
+
+@dataclass(frozen=True, slots=True)
+class CellMatch:
+    params: dict[str, Any]
+    base_cell: int  # the cells' numbers, from 1
+    cell: int
+    base_requests: int
+    requests: int
+    changes: tuple[Change, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"params": self.params, "baseline_cell": self.base_cell, "cell": self.cell,
+                "baseline_requests": self.base_requests, "requests": self.requests,
+                "changes": [c.to_dict() for c in self.changes]}
+
+
+@dataclass(frozen=True, slots=True)
+class RunComparison:
+    """One run against the baseline: its matched cells and the cells of either run left unmatched."""
+
+    label: str
+    path: str
+    matches: tuple[CellMatch, ...]
+    unmatched: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "path": self.path, "cells": [m.to_dict() for m in self.matches],
+                "unmatched": list(self.unmatched)}
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A run as compared: its label, directory, summary and measured records by cell index."""
+
+    label: str
+    path: str
+    summary: Summary
+    records: dict[int, list[RequestRecord]]
+
+
+def match_key(cell: CellSummary, with_server: bool) -> tuple[tuple[str, str], ...]:
+    key = sorted((k, repr(v)) for k, v in cell.params.items() if k != "num_prompts")
+    if with_server:
+        s = cell.server
+        key += [("model", repr(s.model)), ("backend", repr(s.backend)), ("quant", repr(s.quant))]
+    return tuple(key)
+
+
+def _keyed(summary: Summary) -> dict[tuple[tuple[str, str], ...], CellSummary]:
+    cells = [c for c in summary.cells if c.status == "done" and c.metrics is not None and c.probe is None]
+    plain = [match_key(c, False) for c in cells]
+    with_server = len(set(plain)) < len(plain)
+    return {match_key(c, with_server): c for c in cells}
+
+
+def _loose(key: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(kv for kv in key if kv[0] not in ("model", "backend", "quant"))
+
+
+def compare(base: Run, run: Run, min_change: float = MIN_CHANGE) -> RunComparison:
+    """``run`` against ``base``, cell by matched cell."""
+    base_cells, cells = _keyed(base.summary), _keyed(run.summary)
+    # a key with the server in it on one side only: match on the parameters alone
+    if any(len(k) != len(_loose(k)) for k in (*base_cells, *cells)):
+        if not all(len(k) != len(_loose(k)) for k in (*base_cells, *cells)):
+            base_cells = {_loose(k): c for k, c in base_cells.items()}
+            cells = {_loose(k): c for k, c in cells.items()}
+    rng = np.random.default_rng(SEED)
+    matches = []
+    for key, cell in cells.items():
+        if (b := base_cells.get(key)) is None:
+            continue
+        b_rec, rec = base.records.get(b.cell, []), run.records.get(cell.cell, [])
+        changes = tuple(_change(m, b, cell, b_rec, rec, rng, min_change) for m in METRICS)
+        matches.append(CellMatch(dict(cell.params), b.number, cell.number, len(b_rec), len(rec), changes))
+    unmatched = [f"{run.label}: cell {c.number} ({_params(c)}): the baseline has no cell with these parameters"
+                 for k, c in cells.items() if k not in base_cells]
+    unmatched += [f"{base.label}: cell {c.number} ({_params(c)}): {run.label} has no cell with these parameters"
+                  for k, c in base_cells.items() if k not in cells]
+    unmatched += [f"{r.label}: cell {c.number}: {c.ending}, nothing to compare"
+                  for r in (base, run) for c in r.summary.cells if c.status != "done" and c.probe is None]
+    return RunComparison(run.label, run.path, tuple(matches), tuple(unmatched))
+
+
+def _params(cell: CellSummary) -> str:
+    return ", ".join(f"{k} {v}" for k, v in cell.params.items() if v is not None and k != "num_prompts")
+
+
+def _values(records: Sequence[RequestRecord], metric: Metric) -> np.ndarray:
+    name = metric.key.split("_ms")[0]
+    if name == "itl":
+        parts = [itl_values(r) for r in records]
+        return np.concatenate(parts) * 1e3 if parts else np.empty(0)
+    get: Callable[[RequestRecord], float | None] = {
+        "ttft": lambda r: r.ttft_s, "tpot": lambda r: r.tpot_s, "e2e": lambda r: r.e2e_s,
+    }[name]
+    return np.asarray([v * 1e3 for r in records if (v := get(r)) is not None], dtype=np.float64)
+
+
+def _rate_draws(
+    records: Sequence[RequestRecord], metric: Metric, point: float, open_loop: bool, rng: np.random.Generator,
+) -> np.ndarray | None:
+    """``DRAWS`` bootstrap values of requests/s or output tokens/s around ``point`` (the cell's
+    figure). A closed loop's request rate is its requests in flight over its mean E2E latency
+    (Little's law): its spread is that of the mean latency, the requests resampled. An open
+    loop's completions are a count over a window: drawn as Poisson. Output tokens/s is the
+    request rate times the mean output tokens, resampled with the same requests."""
+    pairs = np.asarray([(e2e, r.output_tokens) for r in records if (e2e := r.e2e_s) is not None and e2e > 0],
+                       dtype=np.float64).reshape(-1, 2)
+    n = len(pairs)
+    if n < MIN_REQUESTS_FOR_RATE:
+        return None
+    picked = pairs[rng.integers(0, n, size=(DRAWS, n))]
+    if open_loop:
+        factor = rng.poisson(n, DRAWS) / n
+    else:
+        factor = pairs[:, 0].mean() / picked[:, :, 0].mean(axis=1)
+    if metric.key == "output_throughput":
+        factor = factor * picked[:, :, 1].mean(axis=1) / max(pairs[:, 1].mean(), 1e-12)
+    drawn: np.ndarray = point * factor
+    return drawn
+
+
+def _draws(values: np.ndarray, q: float, rng: np.random.Generator) -> np.ndarray | None:
+    """``DRAWS`` bootstrap values of the ``q``-th percentile; None where the sample cannot bound
+    it (below ``bounded_above_from(q)`` values, 368 for a p99, any interval would be too narrow)."""
+    n = values.size
+    if n < max(2, bounded_above_from(q)):
+        return None
+    if n <= RESAMPLE_UP_TO:
+        drawn: np.ndarray = np.percentile(values[rng.integers(0, n, size=(DRAWS, n))], q, axis=1)
+        return drawn
+    ordered = np.sort(values)
+    p = q / 100
+    ranks = np.rint(p * (n - 1) + math.sqrt(n * p * (1 - p)) * rng.standard_normal(DRAWS)).astype(np.int64)
+    return ordered[np.clip(ranks, 0, n - 1)]
+
+
+def _change(
+    metric: Metric, base_cell: CellSummary, cell: CellSummary, base: Sequence[RequestRecord],
+    run: Sequence[RequestRecord], rng: np.random.Generator, min_change: float,
+) -> Change:
+    b_draws = draws = None
+    if metric.q is None:  # the figures as each summary gives them
+        point_b, point = getattr(base_cell.metrics, metric.key, None), getattr(cell.metrics, metric.key, None)
+        if point_b and point:
+            b_draws = _rate_draws(base, metric, point_b, base_cell.open_loop, rng)
+            draws = _rate_draws(run, metric, point, cell.open_loop, rng)
+    else:
+        b_vals, vals = _values(base, metric), _values(run, metric)
+        point_b = float(np.percentile(b_vals, metric.q)) if b_vals.size else None
+        point = float(np.percentile(vals, metric.q)) if vals.size else None
+        b_draws, draws = _draws(b_vals, metric.q, rng), _draws(vals, metric.q, rng)
+    if point_b is None or point is None or point_b <= 0:
+        return Change(metric.key, metric.label, point_b, point, None, None, None, UNKNOWN)
+    change = point / point_b - 1
+    if b_draws is None or draws is None:
+        return Change(metric.key, metric.label, point_b, point, change, None, None, FEW)
+    low = high = None
+    if (b_draws > 0).all():
+        low, high = (float(x) for x in np.percentile(draws / b_draws - 1, (2.5, 97.5)))
+    significant = low is not None and high is not None and (low > 0 or high < 0) and abs(change) >= min_change
+    if not significant:
+        verdict = SAME
+    else:
+        verdict = BETTER if (change > 0) == metric.higher_is_better else WORSE
+    return Change(metric.key, metric.label, point_b, point, change, low, high, verdict)
+
