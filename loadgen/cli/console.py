@@ -53,7 +53,7 @@ def handles_errors(fn: F) -> F:
 
 
 def print_summary(summary: Summary) -> None:
-    for item in console_tables(summary):
+    for item in console_tables(summary, out().width):
         if isinstance(item, str):
             print_text(item)  # a line of figures is never wrapped: it may go to a file or a pipe
         else:

@@ -74,8 +74,8 @@ def compare(
         Path | None, typer.Option(metavar="RUN_DIR", help="the baseline, if not the first run directory")
     ] = None,
     label: Annotated[list[str] | None, typer.Option(
-        metavar="NAME", help="a run's name in the output; repeatable, once per run in order (default: its model, engine and "
-        "quantization)")] = None,
+        metavar="NAME", help="a run's name in the output; repeatable, once per run in order (default: its "
+        "model, engine and quantization)")] = None,
     table: Annotated[str, typer.Option(
         metavar="TABLE", help="changes: each matched cell's latency and throughput with 95% intervals and a "
         "verdict | cross-engine: the published comparison (Avg Tok/s, Max Mem, Speed X, Max mem %)")] = "changes",

@@ -70,13 +70,11 @@ def sim(
 @handles_errors
 def models() -> None:
     """The model catalogue: aliases, hub ids, context, published quantizations, default GPUs."""
-    from rich.table import Table
-
     from loadgen.engines.catalogue import load_catalogue
+    from loadgen.report.narrow import fit_text
+    from loadgen.report.tables import Table
 
-    table = Table(title="loadgen model catalogue", title_justify="left")
-    for col in ("alias", "hub id (bf16)", "params", "context", "quantizations", "GPUs bf16/int8/int4/awq"):
-        table.add_column(col, overflow="fold")  # a narrow terminal wraps what users must type, never cuts it
+    rows = []
     for alias, e in load_catalogue().items():
         context = f"{e.context}" + (f" ({e.long_context} YaRN)" if e.long_context else "")
         gpus = "/".join(
@@ -84,8 +82,11 @@ def models() -> None:
             for q in ("bf16", "gptq-int8", "gptq-int4", "awq")
         )
         params = f"{e.params_b:g}B" + (" MoE" if e.moe else "")
-        table.add_row(alias, e.hub, params, context, ", ".join(["bf16", *e.quants]), gpus)
-    out().print(table)
+        rows.append((alias, e.hub, params, context, ", ".join(["bf16", *e.quants]), gpus))
+    headers = ("alias", "hub id (bf16)", "params", "context", "quantizations", "GPUs bf16/int8/int4/awq")
+    # a narrow terminal gets a block per model: an alias or hub id is never broken
+    for item in fit_text(Table(headers, tuple(rows), title="loadgen model catalogue"), out().width):
+        out().print(item, highlight=False)
 
 
 def _engine_help() -> dict[str, str]:
@@ -212,18 +213,19 @@ def setup(
 @handles_errors
 def engines() -> None:
     """Every engine: installed here or not, how to install it, the hardware it needs."""
-    from rich.table import Table
-    from rich.text import Text
-
     from loadgen.engines.listing import engines as all_engines
+    from loadgen.report.narrow import fit_text
+    from loadgen.report.tables import Table
 
-    table = Table(title="engines (loadgen serve MODEL --backend NAME)", title_justify="left")
-    for col in ("backend", "engine", "here", "install", "hardware"):
-        table.add_column(col, overflow="fold")  # an install command wrapped whole, never cut
-    for e in all_engines():
-        here = ("yes: " if e.installed else "no: ") + e.detail
-        table.add_row(*(Text(x) for x in (e.name or "-", e.label, here, e.install, e.hardware)))
-    out().print(table)
+    rows = tuple(
+        (e.name or "-", e.label, ("yes: " if e.installed else "no: ") + e.detail, e.install, e.hardware)
+        for e in all_engines()
+    )
+    table = Table(("backend", "engine", "here", "install", "hardware"), rows,
+                  title="engines (loadgen serve MODEL --backend NAME)")
+    # a narrow terminal gets a block per engine: an install command is never broken inside a word
+    for item in fit_text(table, out().width):
+        out().print(item, highlight=False)
 
 
 @app.command(

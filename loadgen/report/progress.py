@@ -1,4 +1,5 @@
-"""The live progress bar of ``loadgen run``: requests done / total, output tokens/s, errors."""
+"""The live progress bar of ``loadgen run``: requests done / total, output tokens/s, TTFT p50 and
+p99 of the latest requests, errors."""
 
 from __future__ import annotations
 
@@ -60,17 +61,31 @@ class LiveRate:
         return sum(n for t, n in self.arrivals if start < t <= end) / self.window_s
 
 
+WIDE = 110  # the whole line: lengths, bar, done / total, tok/s, TTFT, errors, time
+
+
+def _ttft_text(ttfts: list[float]) -> str:
+    """``p50/p99`` in ms of the latest requests' TTFT (s)."""
+    if not ttfts:
+        return "-"
+    ordered = sorted(ttfts)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return f"{statistics.median(ordered) * 1e3:,.1f}/{p99 * 1e3:,.1f}"
+
+
 class ProgressObserver:
     """Live progress: requests done / total, current output tokens/s, errors."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        # a terminal narrower than the whole line drops the bar and the lengths, never a figure
+        self.narrow = console.width < WIDE
         self.progress = Progress(
             TextColumn("{task.description}"),
-            BarColumn(),
+            *(() if self.narrow else (BarColumn(),)),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[tps]:>9} tok/s"),
-            TextColumn("TTFT p50 {task.fields[ttft]:>7} ms"),
+            TextColumn("{task.fields[tps]:>7} tok/s"),
+            TextColumn("TTFT p50/p99 {task.fields[ttft]} ms"),
             TextColumn("errors {task.fields[errors]}"),
             TimeElapsedColumn(),
             console=console,
@@ -97,7 +112,7 @@ class ProgressObserver:
         p = cell.params()
         lengths = p.get("workload") or f"in={p['input_tokens']} out={p['output_tokens']}"
         what = f"probe {cell.index + 1}" if cell.search is not None else f"cell {cell.index + 1}/{cells}"
-        desc = f"{what} {lengths} c={p['concurrency']}"
+        desc = f"{what} c={p['concurrency']}" if self.narrow else f"{what} {lengths} c={p['concurrency']}"
         if p["rate"] is not None:
             desc += f" rate={p['rate']:g}"
         self.task = self.progress.add_task(desc, total=total, tps="-", ttft="-", errors=0)
@@ -118,7 +133,7 @@ class ProgressObserver:
             self.next_rate = now + RATE_EVERY_S
             tps = self.rate.rate()
             self.tps = "-" if tps is None else f"{tps:,.0f}"
-            self.ttft = f"{statistics.median(self.ttfts) * 1e3:,.1f}" if self.ttfts else "-"
+            self.ttft = _ttft_text(list(self.ttfts))
         self.progress.update(self.task, advance=1, tps=self.tps, ttft=self.ttft, errors=self.errors)
 
     def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
@@ -126,9 +141,9 @@ class ProgressObserver:
         measured window), not on the last live reading."""
         m = summary.metrics
         if self.task is not None and m is not None and m.output_throughput is not None:
-            ttft = m.ttft_s.p50
+            p50, p99 = m.ttft_s.p50, m.ttft_s.p99
             self.progress.update(self.task, tps=f"{m.output_throughput:,.0f}",
-                                 ttft="-" if ttft is None else f"{ttft * 1e3:,.1f}")
+                                 ttft="-" if p50 is None or p99 is None else f"{p50 * 1e3:,.1f}/{p99 * 1e3:,.1f}")
 
     def close(self) -> None:
         self.progress.stop()

@@ -4,11 +4,13 @@ table renderer. Times are shown in ms."""
 from __future__ import annotations
 
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from loadgen.data import Labels
 from loadgen.report.capacity import answer_lines, capacity_table, probe_table
 from loadgen.report.headline import cell_load, headline_md, load_text, workload_text
 from loadgen.report.layouts import axis_title, axis_value, varying_axes
+from loadgen.report.narrow import fit, wrap_parts
 from loadgen.report.tables import Table, render_md
 from loadgen.results.summary import CellMetrics, CellSummary, Distribution, Summary
 
@@ -134,47 +136,32 @@ def console_lines(summary: Summary) -> list[str]:
     return out + list(answer_lines(summary))
 
 
-def console_tables(summary: Summary) -> list[RichTable | str]:
-    """One latency table per cell, its throughput line, and a sweep overview when swept."""
-    out: list[RichTable | str] = []
+def console_tables(summary: Summary, width: int = 400) -> list[RichTable | Text | str]:
+    """One latency table per cell, its throughput line, and a sweep overview when swept; each
+    table fitted to ``width`` columns (turned on its side where it would not fit), each line of
+    figures broken between its parts."""
+    out: list[RichTable | Text | str] = []
     for cell in summary.cells:
         if cell.probe is not None:
             continue  # a search's probes are one table below
         if cell.metrics is None:
             out.append(f"{cell_title(cell)}: {cell.ending}")
             continue
-        table = RichTable(title=cell_title(cell), title_justify="left")
-        table.add_column("ms", style="bold", overflow="fold")
-        for c in COLUMNS:
-            table.add_column(c, justify="right", overflow="fold")
-        for row in latency_rows(cell):
-            table.add_row(*row)
-        out.append(table)
-        out.append(_throughput_line(cell.metrics) + _cache_text(cell))
-        out += [_rich(t) for t in breakdown_tables(cell)]
+        rows = tuple(tuple(r) for r in latency_rows(cell))
+        out += fit(Table(("ms", *COLUMNS), rows, title=cell_title(cell)), width, bold_first=True)
+        out.append(wrap_parts(_throughput_line(cell.metrics) + _cache_text(cell), width))
+        for t in breakdown_tables(cell):
+            out += fit(t, width)
     for cap in summary.capacity:
-        out.append(_rich(probe_table(cap)))
+        out += fit(probe_table(cap), width)
     if len(summary.capacity) > 1:
-        out.append(_rich(capacity_table(summary)))
+        out += fit(capacity_table(summary), width)
     out += answer_lines(summary)
     if len(summary.measured) > 1 and not summary.capacity:
-        table = RichTable(title="sweep", title_justify="left")
-        headers, rows = sweep_rows(summary)
-        for h in headers:
-            table.add_column(h, justify="right", overflow="fold")
-        for row in rows:
-            table.add_row(*row)
-        out.append(table)
-    return out
-
-
-def _rich(table: Table) -> RichTable:
-    out = RichTable(title=table.title, title_justify="left")
-    for h in table.headers:
-        # a narrow terminal wraps a figure onto the next line; it never cuts one short
-        out.add_column(h, justify="right", overflow="fold")
-    for row in table.rows:
-        out.add_row(*row)
+        headers, body = sweep_rows(summary)
+        table = Table(("cell", *headers), tuple((str(c.number), *r) for c, r in zip(summary.measured, body,
+                                                                                      strict=True)), title="sweep")
+        out += fit(table, width)
     return out
 
 

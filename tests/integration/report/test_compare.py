@@ -61,7 +61,8 @@ def test_a_slower_decode_is_worse_and_the_same_server_is_within_noise(runs: dict
     # E2E 50 + 7 x 10 = 120 ms against 50 + 7 x 12 = 134 ms: the closed loop's requests/s falls by 1 - 120/134
     rps = changes(data)["request_throughput"]
     assert rps["change"] == pytest.approx(120 / 134 - 1, abs=0.03)
-    assert rps["verdict"] == "worse" and rps["change_high"] < 0
+    assert rps["verdict"] == "worse"
+    assert rps["change_high"] < 0
     assert changes(data)["output_throughput"]["verdict"] == "worse"
     # the same server twice: nothing better or worse; a p99 of 32 requests cannot be bounded at all
     verdicts = {k: c["verdict"] for k, c in changes(data, run=1).items()}
@@ -73,17 +74,22 @@ def test_a_slower_decode_is_worse_and_the_same_server_is_within_noise(runs: dict
 def test_the_text_fits_80_columns_the_files_are_written_and_one_run_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
     text = cli("compare", runs["a"], runs["b"], "--out", tmp_path / "cmp")
     tables = [ln for ln in text.splitlines() if ln.startswith("|")]
-    assert tables and all(len(ln) <= 80 for ln in tables), max(tables, key=len)
+    assert tables
+    assert all(len(ln) <= 80 for ln in tables), max(tables, key=len)
     assert "…" not in text
     row = next(ln for ln in tables if ln.startswith("| TPOT p50"))
     assert [c.strip() for c in row.strip("|").split("|")][-1] == "worse"
-    assert "not compared:" in text and "concurrency 8" in text
+    assert "not compared:" in text
+    assert "concurrency 8" in text
     rows = list(csv.DictReader(io.StringIO((tmp_path / "cmp" / "compare.csv").read_text())))
     tpot = next(r for r in rows if r["metric"] == "tpot_ms.p50")
-    assert 0.15 < float(tpot["change"]) < 0.25 and tpot["verdict"] == "worse"
+    assert 0.15 < float(tpot["change"]) < 0.25
+    assert tpot["verdict"] == "worse"
     page = (tmp_path / "cmp" / "compare.html").read_text()
-    assert "<svg" in page and "TPOT p50 (ms)" in page
-    assert "src=\"http" not in page and "href=\"http" not in page
+    assert "<svg" in page
+    assert "TPOT p50 (ms)" in page
+    assert "src=\"http" not in page
+    assert "href=\"http" not in page
     assert (tmp_path / "cmp" / "compare.png").stat().st_size > 10_000
     # one run alone is refused, with the way forward
     result = CliRunner().invoke(app, ["compare", str(runs["a"])])
