@@ -9,7 +9,7 @@
   const NS = "http://www.w3.org/2000/svg";
   const CHARTS = [
     {title: "Output tokens/s", unit: "tok/s", series: [["output_tok_s", "output tokens/s", "#1f77b4"]]},
-    {title: "Requests/s (completed)", unit: "req/s", series: [["requests_s", "requests/s", "#2ca02c"]]},
+    {title: "Requests/s (completed)", unit: "req/s", series: [["requests_s", "req/s", "#2ca02c"]]},
     {title: "TTFT", unit: "ms", series: [["ttft_p50_ms", "p50", "#1f77b4"], ["ttft_p99_ms", "p99", "#d62728"]]},
     {title: "TPOT p50", unit: "ms", series: [["tpot_p50_ms", "p50", "#9467bd"]]},
     {title: "ITL p99", unit: "ms", series: [["itl_p99_ms", "p99", "#d62728"]]},

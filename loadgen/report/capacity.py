@@ -57,7 +57,7 @@ def probe_table(cap: CapacityAnswer) -> Table:
     keys = objective_keys(cap)
     unit = {k: "" if k == ERROR_RATE else " ms" for k in keys}
     headers = (
-        "#", cap.by, *(f"{objective_label(k)}{unit[k]}" for k in keys), "QPS", "output tok/s", "goodput",
+        "#", cap.by, *(f"{objective_label(k)}{unit[k]}" for k in keys), "req/s", "output tok/s", "goodput req/s",
         "verdict",
     )
     rows = tuple(
@@ -103,12 +103,12 @@ def capacity_table(summary: Summary) -> Table:
     """The comparison in SLO terms: one row per search (engine, quantization, lengths), with the
     most load meeting the SLOs, what was served there, and what binds above it."""
     by = {cap.by for cap in summary.capacity}
-    what = "Concurrency" if by == {"concurrency"} else ("QPS" if by == {"rate"} else "Load")
+    what = "Concurrency" if by == {"concurrency"} else ("Rate" if by == {"rate"} else "Load")
     # matrix axes the other columns do not show (serve.tp, a setting, ...) get a column each
     shown = ("model", "quant", "backend", "engine", "input_tokens", "output_tokens")
     axes = list(dict.fromkeys(k for cap in summary.capacity for k in cap.labels if k not in shown))
     headers = ("Model", "Software", "Quantization", *axes, "Input Length", "Output Length",
-               f"Max {what} at SLO", "QPS", "Output Tokens/s", "Goodput", "Binds")
+               f"Max {what} at SLO", "req/s", "output tok/s", "goodput req/s", "Binds")
     rows = []
     for cap in summary.capacity:
         cell = _first_probe(summary, cap)

@@ -1,7 +1,7 @@
 """Console tables that fit the terminal without cutting or folding a number.
 
 A table wider than the terminal is turned on its side, as AIPerf prints its figures: its
-columns become rows (``QPS``, ``TTFT p99 ms``, ...) and its rows become columns, as many side by
+columns become rows (``req/s``, ``TTFT p99 ms``, ...) and its rows become columns, as many side by
 side as fit, the rest continued below. Only where even one column beside the labels cannot fit
 does a figure wrap (``overflow="fold"``): then onto the next line, never cut short or ellipsised.
 A line of figures (``completed 32/32 | failed 0 | ...``) breaks between its parts, never inside one.

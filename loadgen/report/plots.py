@@ -2,7 +2,7 @@
 
 - ``speed.png``: single-stream speed against input length, one line per quantization (and
   engine), one panel per model; the bars are the spread over repeats (min to max).
-- ``throughput.png``: total and output tokens/s per checkpoint, QPS written on each bar.
+- ``throughput.png``: total and output tokens/s per checkpoint, req/s written on each bar.
 - ``latency.png``: for a concurrency or rate sweep, output tokens/s against TTFT and TPOT
   (p50 and p99), each point labelled with its concurrency or rate.
 - ``capacity.png``: a capacity search's probes against its SLOs (``loadgen.report.capacity``).
@@ -89,7 +89,7 @@ def plot_throughput(summary: Summary, path: Path) -> Path | None:
     ax.bar([x - 0.2 for x in xs], [b[1] for b in bars], width=0.4, label="total tokens/s")
     ax.bar([x + 0.2 for x in xs], [b[2] for b in bars], width=0.4, label="output tokens/s")
     for x, b in zip(xs, bars, strict=True):
-        ax.annotate(f"{b[3]:.2f} QPS", (x - 0.2, b[1]), ha="center", va="bottom", fontsize=8)
+        ax.annotate(f"{b[3]:.2f} req/s", (x - 0.2, b[1]), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs), [b[0] for b in bars], fontsize=8)
     ax.set_ylabel("tokens/s")
     ax.set_title(f"{summary.scenario}: throughput")

@@ -86,7 +86,7 @@ def _throughput_line(m: CellMetrics) -> str:
         parts.append(f"throughput and latency over the {m.completed} successful requests")
     parts += [
         f"duration {m.duration_s:.2f} s",
-        f"QPS {_num(m.request_throughput, 3)}",
+        f"req/s {_num(m.request_throughput, 3)}",
         f"output tok/s {_num(m.output_throughput, 1)}",
         f"total tok/s {_num(m.total_token_throughput, 1)}",
         f"in flight: peak {m.peak_in_flight}, mean {_num(m.mean_in_flight, 1)}",
@@ -171,7 +171,7 @@ def sweep_rows(summary: Summary, sep: str = ",") -> tuple[list[str], list[list[s
     fixed = ("input_tokens", "output_tokens", "concurrency", "rate")
     extra = [k for k in varying_axes(list(summary.measured)) if k not in fixed]
     headers = [
-        *(axis_title(k) for k in extra), "input", "output", "concurrency", "rate", "QPS", "output tok/s",
+        *(axis_title(k) for k in extra), "input", "output", "concurrency", "rate", "req/s", "output tok/s",
         "total tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ITL p99 ms", "failed", "cache hits",
     ]
     rows = []

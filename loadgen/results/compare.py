@@ -58,7 +58,7 @@ METRICS = tuple(
     for name, title in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
     for q in (50, 99)
 ) + (
-    Metric("request_throughput", "requests/s", True),
+    Metric("request_throughput", "req/s", True),
     Metric("output_throughput", "output tok/s", True),
 )
 

@@ -87,7 +87,7 @@ def test_every_table_in_every_format(url_run: Path) -> None:
             else:
                 assert text.strip()
     for fmt in ("rst", "csv"):  # the default table of a sweep run
-        assert "QPS" in report(url_run, "--format", fmt)
+        assert "req/s" in report(url_run, "--format", fmt)
     sweep = list(csv.DictReader(io.StringIO(report(url_run, "--table", "sweep", "--format", "csv"))))
     assert len(sweep) == 4
     assert all(float(r["output tok/s"]) > 0 for r in sweep)  # plain numbers: no thousands separator
