@@ -17,11 +17,13 @@ from typing import Any
 from loadgen.data import Unchecked
 from loadgen.report.capacity import plot_capacity
 from loadgen.report.headline import about, title, verdict
+from loadgen.report.interactive import chart_specs, charts_html
 from loadgen.report.plots import write_plots
 from loadgen.report.summary import COLUMNS, breakdown_tables, cell_title, console_lines, latency_rows
 from loadgen.report.tables import Table
 from loadgen.report.views import published_tables
-from loadgen.results.rundir import PROVENANCE, read_json, write_file
+from loadgen.results.records import read_records
+from loadgen.results.rundir import PROVENANCE, RECORDS, read_json, write_file
 from loadgen.results.summary import Summary
 
 STYLE = """
@@ -32,10 +34,14 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-spac
 th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
 figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
+figure.interactive { max-width: 1100px; } .uchart { width: 100%; }
+.u-legend { font-size: 0.8em; } .u-legend .u-value { font-family: ui-monospace, monospace; }
 .figures, .note { font-family: ui-monospace, monospace; font-size: 0.85em; color: #444; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; font-size: 0.9em; }
 dt { font-weight: 600; } dd { margin: 0; font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
 """
+# the interactive chart (by id) that stands for a static one (by file stem) in the page
+INTERACTIVE_REPLACES = {"chart-latency-ttft": "latency", "chart-load": "load", "chart-pct-ttft": "distributions"}
 CHART_TITLES = {
     "speed": "Single-stream speed against input length",
     "throughput": "Throughput per checkpoint",
@@ -70,8 +76,9 @@ def inline_svg(path: Path) -> str:
     return re.sub(r'(id="|url\(#|href="#)([^")]+)', lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
 
 
-def charts(summary: Summary, run_dir: Path) -> list[tuple[str, str]]:
-    """(title, inline SVG) for each chart the run can show."""
+def charts(summary: Summary, run_dir: Path, skip: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """(title, inline SVG) for each chart the run can show, but those named in ``skip`` (drawn
+    interactively instead)."""
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
@@ -80,7 +87,8 @@ def charts(summary: Summary, run_dir: Path) -> list[tuple[str, str]]:
                  if (p := plot_capacity(cap, where / f"capacity-{i + 1}.svg", summary.scenario)) is not None]
         paths += write_plots(summary, run_dir, where, "svg")
         for p in paths:
-            out.append((CHART_TITLES.get(p.stem.split("-")[0], p.stem), inline_svg(p)))
+            if p.stem not in skip:
+                out.append((CHART_TITLES.get(p.stem.split("-")[0], p.stem), inline_svg(p)))
     return out
 
 
@@ -126,9 +134,18 @@ def render_html(summary: Summary, run_dir: Path) -> str:
     for kind in dict.fromkeys(kinds):
         tables += [table_html(t, kind) for t in published_tables(summary, kind, spread=False)]
     lines = "".join(f'<p class="figures">{_e(line)}</p>' for line in console_lines(summary))
+    records = list(read_records(run_dir / RECORDS)) if (run_dir / RECORDS).exists() else []
+    specs = chart_specs(summary, records)
+    live, scripts = charts_html(specs)
+    # the charts drawn live replace their static pictures (still written as PNG by --plot)
+    skip = frozenset(INTERACTIVE_REPLACES[s["id"]] for s in specs if s["id"] in INTERACTIVE_REPLACES)
+    static = [(t, svg) for t, svg in charts(summary, run_dir, skip)]
+    capacity = [(t, svg) for t, svg in static if t == CHART_TITLES["capacity"]]
     figures = "".join(
+        f'<figure class="chart"><figcaption>{_e(title)}</figcaption>{svg}</figure>' for title, svg in capacity
+    ) + live + "".join(
         f'<figure class="chart"><figcaption>{_e(title)}</figcaption>{svg}</figure>'
-        for title, svg in charts(summary, run_dir)
+        for title, svg in static if title != CHART_TITLES["capacity"]
     )
     interrupted = "<p><strong>Interrupted</strong>: figures cover what was measured before the stop.</p>"
     heading = title(summary)
@@ -148,7 +165,7 @@ def render_html(summary: Summary, run_dir: Path) -> str:
         + "<h2>Charts</h2>" + (figures or "<p>No chart: the run has no successful request.</p>")
         + "<h2>Cells</h2>" + _cell_sections(summary)
         + "<h2>Provenance</h2>" + _provenance(run_dir)
-        + "</body></html>\n"
+        + scripts + "</body></html>\n"
     )
 
 

@@ -118,13 +118,22 @@ def plot_latency(summary: Summary, path: Path) -> Path | None:
             xs = [x for x, d, _ in dists if d.get(q) is not None]
             ys = [(d.get(q) or 0.0) * 1e3 for _, d, _ in dists if d.get(q) is not None]
             ax.plot(xs, ys, style, label=f"{name} {q}")
-        for x, d, label in dists:
-            if d.p50 is not None:
-                ax.annotate(label, (x, d.p50 * 1e3), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        ax.set_xlabel("output tokens/s")
-        ax.set_ylabel(f"{name} (ms)")
         # room above the highest point and right of the last label: nothing on the frame or cut
         top = max([(d.get(q) or 0.0) * 1e3 for _, d, _ in dists for q in ("p50", "p99")] or [1.0])
+        right = max(x for x, _, _ in dists) or 1.0
+        placed: list[tuple[float, float]] = []
+        for x, d, label in sorted(dists, key=lambda p: p[0]):
+            if d.p50 is None:
+                continue
+            y = d.p50 * 1e3
+            # near saturation the points crowd together: a label that would overlap one already
+            # placed is left out (the interactive chart of report.html shows every point's load)
+            if any(abs(x - px) < 0.06 * right and abs(y - py) < 0.06 * top for px, py in placed):
+                continue
+            placed.append((x, y))
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel("output tok/s")
+        ax.set_ylabel(f"{name} (ms)")
         ax.set_xlim(0, max(x for x, _, _ in dists) * 1.15 or 1.0)
         ax.set_ylim(0, top * 1.15 or 1.0)
         ax.grid(True, alpha=0.3)
