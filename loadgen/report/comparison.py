@@ -136,7 +136,7 @@ def _curves(run: Run) -> dict[str, list[CellSummary]]:
     """A run's cells grouped into lines: the same workload, loads differing."""
     out: dict[str, list[CellSummary]] = {}
     for c in run.summary.cells:
-        if c.status == "done" and c.metrics is not None and c.metrics.output_throughput and c.probe is None:
+        if c.status == "done" and c.metrics is not None and c.metrics.output_throughput:
             out.setdefault(workload_text(c.params), []).append(c)
     return out
 

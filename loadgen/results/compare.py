@@ -127,9 +127,14 @@ def match_key(cell: CellSummary, with_server: bool) -> tuple[tuple[str, str], ..
 
 
 def _keyed(summary: Summary) -> dict[tuple[tuple[str, str], ...], CellSummary]:
-    cells = [c for c in summary.cells if c.status == "done" and c.metrics is not None and c.probe is None]
-    plain = [match_key(c, False) for c in cells]
-    with_server = len(set(plain)) < len(plain)
+    # a search's probes too (two searches compare at the loads both probed); a load probed twice
+    # (a confirmation) compares by its last probe
+    cells = [c for c in summary.cells if c.status == "done" and c.metrics is not None]
+    servers: dict[tuple[tuple[str, str], ...], set[tuple[str, str]]] = {}
+    for c in cells:
+        servers.setdefault(match_key(c, False), set()).update(match_key(c, True)[-3:])
+    # the same parameters on different servers (a matrix over models): the server joins the match
+    with_server = any(len(s) > 3 for s in servers.values())
     return {match_key(c, with_server): c for c in cells}
 
 
