@@ -204,3 +204,41 @@ def plot_timeline(summary: Summary, records: list[RequestRecord], path: Path) ->
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return save(fig, path)
+
+
+def plot_windows(summary: Summary, path: Path) -> Path | None:
+    """Each cell over its time windows: output tok/s, requests in flight, TTFT p50 (solid) and
+    p99 (dashed), from the cell's first send; its steady window shaded. Needs a cell of two
+    windows or more."""
+    cells = [c for c in summary.measured if c.metrics is not None and len(c.metrics.windows) >= 2]
+    if not cells:
+        return None
+    axes_k = varying_axes(cells)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    for i, c in enumerate(cells):
+        m = c.metrics
+        assert m is not None
+        colour = f"C{i % 10}"
+        xs = [(w.start_s + w.end_s) / 2 for w in m.windows]
+        label = cell_label(c, axes_k)
+        axes[0].plot(xs, [w.output_tokens_per_s for w in m.windows], "o-", color=colour, label=label, markersize=3)
+        axes[1].plot(xs, [w.in_flight for w in m.windows], "o-", color=colour, markersize=3)
+        for q, style in (("p50", "-"), ("p99", "--")):
+            axes[2].plot(xs, [None if (v := getattr(w, f"ttft_{q}_s")) is None else v * 1e3 for w in m.windows],
+                         style, color=colour)
+        if m.steady_state is not None and len(cells) <= 4:
+            for ax in axes:
+                ax.axvspan(m.steady_state.start_s, m.steady_state.end_s, color=colour, alpha=0.08)
+    for ax, ylabel in zip(axes, ("output tok/s", "requests in flight (mean)", "TTFT p50 / p99 (ms)"), strict=True):
+        ax.set_xlabel("seconds since the cell's first request")
+        ax.set_ylabel(ylabel)
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    if 1 < len(cells) <= 12:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(f"{summary.scenario}: each cell over time (steady state shaded)")
+    fig.tight_layout()
+    return save(fig, path)
+

@@ -49,6 +49,7 @@ CHART_TITLES = {
     "load": "Throughput against the load",
     "distributions": "Latency distributions",
     "timeline": "Requests over time",
+    "windows": "Each cell over time",
     "capacity": "Capacity search",
 }
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadgen.report.capacity import write_capacity_plots
-from loadgen.report.charts import plot_distributions, plot_load, plot_timeline, save
+from loadgen.report.charts import plot_distributions, plot_load, plot_timeline, plot_windows, save
 from loadgen.report.charts import pyplot as _pyplot
 from loadgen.report.layouts import (
     ENGINE_LABELS,
@@ -159,5 +159,6 @@ def write_plots(summary: Summary, run_dir: Path, out_dir: Path | None = None, su
     records = list(read_records(run_dir / RECORDS)) if (run_dir / RECORDS).exists() else []
     made.append(plot_distributions(summary, records, out / f"distributions.{suffix}"))
     made.append(plot_timeline(summary, records, out / f"timeline.{suffix}"))
+    made.append(plot_windows(summary, out / f"windows.{suffix}"))
     capacity = write_capacity_plots(summary, run_dir) if suffix == "png" and out == run_dir else []
     return [p for p in made if p is not None] + capacity

@@ -77,6 +77,18 @@ def _cache_text(cell: CellSummary) -> str:
     return "".join(f" | {p}" for p in parts)
 
 
+def steady_line(m: CellMetrics) -> str | None:
+    """The steady window's figures, where the cell has one shorter than the whole."""
+    ss = m.steady_state
+    if ss is None or (ss.start_s <= 0 and ss.end_s >= m.duration_s - 1e-6):
+        return None
+    s = ss.metrics
+    ms = [f"{name} p50 {_ms(d.p50)} ms, p99 {_ms(d.p99)} ms" for name, d in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s))]
+    return " | ".join([f"steady state {ss.start_s:g} to {ss.end_s:g} s: {s.requests} requests",
+                       f"req/s {_num(s.request_throughput, 3)}", f"output tok/s {_num(s.output_throughput, 1)}",
+                       f"in flight: mean {_num(s.mean_in_flight, 1)}", *ms])
+
+
 def _throughput_line(m: CellMetrics) -> str:
     failures = ", ".join(f"{k} {v}" for k, v in m.failures_by_class.items()) or "none"
     parts = [f"completed {m.completed}/{m.requests}", f"failed {m.failed} ({failures})"]
@@ -122,7 +134,7 @@ def breakdown_tables(cell: CellSummary) -> list[Table]:
              "-" if g.prefix_cache_hit_rate is None else f"{g.prefix_cache_hit_rate:.1%}")
             for g in groups
         )
-        headers = (by, "done", "failed", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "out tok/s", "cached")
+        headers = (by, "done", "failed", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p99", "output tok/s", "cached")
         out.append(Table(headers, rows, title=f"[{cell.number}] per {by} (ms)"))
     return out
 
@@ -150,6 +162,8 @@ def console_tables(summary: Summary, width: int = 400) -> list[RichTable | Text 
         rows = tuple(tuple(r) for r in latency_rows(cell))
         out += fit(Table(("ms", *COLUMNS), rows, title=cell_title(cell)), width, bold_first=True)
         out.append(wrap_parts(_throughput_line(cell.metrics) + _cache_text(cell), width))
+        if (steady := steady_line(cell.metrics)) is not None:
+            out.append(wrap_parts(steady, width))
         for t in breakdown_tables(cell):
             out += fit(t, width)
     for cap in summary.capacity:
@@ -221,6 +235,8 @@ def render_markdown(summary: Summary) -> str:
             continue
         parts += [_md_table(["ms", *COLUMNS], latency_rows(cell)), ""]
         parts += [_throughput_line(cell.metrics) + _cache_text(cell), ""]
+        if (steady := steady_line(cell.metrics)) is not None:
+            parts += [steady, ""]
         for t in breakdown_tables(cell):
             parts += [f"{t.title}", "", render_md(t), ""]
         parts += [f"**Warning**: {w}" for w in cell.warnings] + ([""] if cell.warnings else [])

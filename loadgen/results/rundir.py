@@ -51,7 +51,8 @@ from loadgen.results.samples import (
     summarize_gpu,
     summarize_server_metrics,
 )
-from loadgen.results.summary import CellSummary, RequestBounds, Summary, short_of_load
+from loadgen.results.summary import CellMetrics, CellSummary, RequestBounds, Summary, short_of_load
+from loadgen.results.windows import DEFAULT_WIDTH_S, steady_state, time_windows
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
 from loadgen.scenario.redact import as_recorded, dump_scenario, redact_labels
@@ -86,6 +87,17 @@ def write_json(path: Path, data: Any) -> None:
     write_file(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
+def over_time(metrics: CellMetrics, records: list[RequestRecord], point: Scenario, open_loop: bool) -> CellMetrics:
+    """The cell's windows (``report.window_s``, or ``report.windows`` over its span) and its
+    steady state."""
+    width = point.report.window_s or DEFAULT_WIDTH_S
+    if point.report.windows is not None:
+        width = max(metrics.duration_s / point.report.windows, 1e-3)
+    windows = time_windows(records, width)
+    return replace(metrics, windows=windows,
+                   steady_state=steady_state(records, windows, width, point.slo, open_loop))
+
+
 def cell_summary(
     cell: Cell,
     records: list[RequestRecord],
@@ -118,6 +130,8 @@ def cell_summary(
             "load.reset_cache: between-cells"
         )
     metrics = summarize(records, point.slo, open_loop=cell.open_loop) if measured else None
+    if metrics is not None:
+        metrics = over_time(metrics, records, point, cell.open_loop)
     gaps = engine_gaps(metrics, server_metrics)
     warnings += gap_warnings(gaps, metrics.completed if metrics is not None else 0)
     if metrics is not None and metrics.connection_retries:

@@ -104,6 +104,47 @@ class Breakdown:
                    data.get("prefix_cache_hit_rate"))
 
 
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One time window of a cell (seconds from its first send): requests sent and completed in
+    it, the mean in flight, TTFT (of the requests sent in it) and ITL (of the tokens that arrived
+    in it) at p50 and p99, output tokens/s."""
+
+    start_s: float
+    end_s: float
+    started: int
+    completed: int
+    in_flight: float
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    itl_p50_s: float | None
+    itl_p99_s: float | None
+    output_tokens_per_s: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    """The cell's steady window (the ramp-in and the drain cut, by the rule in ``rule``) and
+    its figures over the requests sent in it."""
+
+    start_s: float
+    end_s: float
+    rule: str
+    metrics: CellMetrics
+
+    def to_dict(self) -> dict[str, object]:
+        return {"start_s": self.start_s, "end_s": self.end_s, "rule": self.rule, **self.metrics.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: object) -> SteadyState | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(float(data["start_s"]), float(data["end_s"]), str(data["rule"]), CellMetrics.from_dict(data))
+
+
 _DISTRIBUTIONS = (
     "ttft_s", "ttft_from_schedule_s", "tpot_s", "itl_s", "e2e_s", "send_lag_s", "slot_wait_s", "speed_tokens_per_s",
     "speed_total_tokens_per_s",
@@ -157,6 +198,9 @@ class CellMetrics:
     # the first request sent to the last one ended (a label says what was set, these what ran)
     peak_in_flight: int = 0
     mean_in_flight: float | None = None
+    # over time: the cell in windows of report.window_s, and its steady window's figures
+    windows: tuple[Window, ...] = ()
+    steady_state: SteadyState | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -164,7 +208,9 @@ class CellMetrics:
             value = getattr(self, f.name)
             if f.name in ("slo", "slo_attained", "goodput") and self.slo is None:
                 continue  # without SLOs these keys are absent, as they always were
-            if f.name in ("reasoning", "turns", "stages") and value is None:
+            if f.name in ("reasoning", "turns", "stages", "steady_state") and value is None:
+                continue
+            if f.name == "windows" and not value:
                 continue
             if isinstance(value, Distribution):
                 value = value.to_dict()
@@ -172,8 +218,10 @@ class CellMetrics:
                 value = {"requests": value.requests, "tokens": value.tokens}
             elif isinstance(value, Reasoning):
                 value = value.to_dict()
-            elif f.name in ("turns", "stages"):
+            elif f.name in ("turns", "stages", "windows"):
                 value = [b.to_dict() for b in value]
+            elif isinstance(value, SteadyState):
+                value = value.to_dict()
             out[f.name] = value
         return out
 
@@ -187,6 +235,8 @@ class CellMetrics:
         values["reasoning"] = Reasoning.from_dict(data.get("reasoning"))
         values["connection_retries"] = int(data.get("connection_retries") or 0)
         values["peak_in_flight"] = int(data.get("peak_in_flight") or 0)
+        values["windows"] = tuple(Window(**w) for w in data.get("windows") or ())
+        values["steady_state"] = SteadyState.from_dict(data.get("steady_state"))
         for by, name in (("turn", "turns"), ("stage", "stages")):
             if (groups := data.get(name)) is not None:
                 values[name] = tuple(Breakdown.from_dict(by, g) for g in groups)

@@ -415,6 +415,20 @@ SWEEP_SECTIONS = ("serve", "workload", "load", "target", "note", "sampling")
 SERVE_LIST_KEYS = ("model", "backend", "quant", "setting", "tp", "attn", "device", "kv_cache_dtype")
 
 
+class Report(_Model):
+    """How a run's figures over time are cut: windows of ``window_s`` seconds, or ``windows``
+    equal windows over each cell (one of the two; default 10 s)."""
+
+    window_s: float | None = Field(None, gt=0, le=86400)
+    windows: int | None = Field(None, ge=1, le=10000)
+
+    @model_validator(mode="after")
+    def _one(self) -> Report:
+        if self.window_s is not None and self.windows is not None:
+            raise ValueError("give window_s or windows, not both")
+        return self
+
+
 class Scenario(_Model):
     name: str = "run"
     # single-stream: batch 1, num_prompts repeats (default 3) of output_tokens (default 2048);
@@ -438,6 +452,7 @@ class Scenario(_Model):
     load: Load = Load()
     slo: Slo | None = None
     serve: Serve | None = None
+    report: Report = Report()
     # prompts and arrivals are drawn from it; None: a fresh seed per run (recorded in the run
     # directory), so that no request repeats a prompt of an earlier run that a server may cache
     seed: int | None = Field(None, ge=0, lt=2**63)
