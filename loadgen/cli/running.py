@@ -62,6 +62,10 @@ def run(
         int | None, typer.Option(metavar="N", min=0, max=10, help="measure the probes either side of the search's "
                                  "boundary N more times each (load.search.confirm)")
     ] = None,
+    repeats: Annotated[
+        int | None, typer.Option(metavar="N", min=1, max=100, help="measure each cell N times, each with fresh "
+                                 "prompts: figures as means with 95% intervals (load.repeats)")
+    ] = None,
 ) -> None:
     """Run a scenario: measure, write a run directory, print the tables."""
     from loadgen.engines.preflight import check_models
@@ -75,7 +79,7 @@ def run(
 
     flags = {"load.concurrency": concurrency, "load.rate": rate, "workload.input_tokens": input_len,
              "workload.output_tokens": output_len, "workload.num_prompts": num_prompts, "target.api": api,
-             "target.model": model}
+             "target.model": model, "load.repeats": repeats}
     sets = [f"{k}={v}" for k, v in flags.items() if v is not None] + search_overrides(search, slo or [], confirm)
     sets += list(overrides or [])
     if scenario is None:

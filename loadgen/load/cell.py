@@ -7,6 +7,7 @@ health sampled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
 from collections.abc import Callable, Iterator
@@ -93,9 +94,15 @@ async def warmup(
     client: StreamingClient, cell: Cell, warm: RequestPool, emit: Callable[[RequestRecord], None], stop: asyncio.Event,
 ) -> None:
     """The cell's warmup requests (prompts of their own, never the measured ones): a preflight
-    that tells a server that cannot serve the scenario from a busy one."""
+    that tells a server that cannot serve the scenario from a busy one. A repeat after the first
+    waits ``load.cooldown_s`` before it (a stop ends the wait)."""
     point = cell.point
     assert point is not None
+    if (cell.repeat or 1) > 1 and point.load.cooldown_s > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), point.load.cooldown_s)
+        if stop.is_set():
+            return
     if len(warm):
         conc = min(cell.concurrency or len(warm), len(warm))
         plan = LoadPlan(warm, iter_offsets(None), len(warm), conc)

@@ -22,7 +22,8 @@ from loadgen.results.summary import CellSummary, Summary
 
 NOTE = ("95% bootstrap intervals over each run's requests (ITL: its gaps; rates: its mean E2E latency, or a "
         "Poisson count in an open loop); 'within noise': the interval holds 0, or the change is under {:.0%}; "
-        "'too few values': too few to bound the percentile (a p99 needs 368)")
+        "'too few values': too few to bound the percentile (a p99 needs 368); where both runs have repeats, "
+        "the intervals come from the repeats (Student's t on the ratio of their means)")
 CURVES = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E latency"))
 
 
@@ -83,8 +84,9 @@ def tables(base: Run, comparisons: list[RunComparison], min_change: float = MIN_
                  "-" if c.low is None else f"{c.low:+.1%}..{c.high:+.1%}", c.verdict)
                 for c in m.changes
             )
+            counted = "repeats, intervals by Student's t over them" if m.by_repeats else "requests"
             title = (f"{comp.label} against {base.label}: {params_text(m.params)} "
-                     f"(cells {m.base_cell} / {m.cell}, {m.base_requests} / {m.requests} requests)")
+                     f"(cells {m.base_cell} / {m.cell}, {m.base_requests} / {m.requests} {counted})")
             out.append(Table(("metric", "baseline", "run", "change", "95% interval", "verdict"), rows,
                              title=title, footnotes=(note,)))
     return out

@@ -19,7 +19,7 @@ from loadgen.report.capacity import plot_capacity
 from loadgen.report.headline import about, title, verdict
 from loadgen.report.interactive import chart_specs, charts_html
 from loadgen.report.plots import write_plots
-from loadgen.report.summary import COLUMNS, breakdown_tables, cell_title, console_lines, latency_rows
+from loadgen.report.summary import COLUMNS, breakdown_tables, cell_title, console_lines, latency_rows, repeats_table
 from loadgen.report.tables import Table
 from loadgen.report.views import published_tables
 from loadgen.results.records import read_records
@@ -134,6 +134,8 @@ def render_html(summary: Summary, run_dir: Path) -> str:
         kinds.append("capacity")
     for kind in dict.fromkeys(kinds):
         tables += [table_html(t, kind) for t in published_tables(summary, kind, spread=False)]
+    if (repeated := repeats_table(summary)) is not None:
+        tables.append(table_html(repeated, "repeats"))
     lines = "".join(f'<p class="figures">{_e(line)}</p>' for line in console_lines(summary))
     records = list(read_records(run_dir / RECORDS)) if (run_dir / RECORDS).exists() else []
     specs = chart_specs(summary, records)

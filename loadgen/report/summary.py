@@ -171,6 +171,9 @@ def console_tables(summary: Summary, width: int = 400) -> list[RichTable | Text 
     if len(summary.capacity) > 1:
         out += fit(capacity_table(summary), width)
     out += answer_lines(summary)
+    if (repeated := repeats_table(summary)) is not None:
+        out += fit(repeated, width)
+        out += [Text(note) for note in repeated.footnotes]
     if len(summary.measured) > 1 and not summary.capacity:
         headers, body = sweep_rows(summary)
         table = Table(("cell", *headers), tuple((str(c.number), *r) for c, r in zip(summary.measured, body,
@@ -203,6 +206,44 @@ def sweep_rows(summary: Summary, sep: str = ",") -> tuple[list[str], list[list[s
             "-" if cell.server_prefix_cache_hit_rate is None else f"{cell.server_prefix_cache_hit_rate:.1%}",
         ])
     return headers, rows
+
+
+REPEATED = {
+    "ttft_s.p50": "TTFT p50 ms", "ttft_s.p99": "TTFT p99 ms", "tpot_s.p50": "TPOT p50 ms", "tpot_s.p99": "TPOT p99 ms",
+    "itl_s.p50": "ITL p50 ms", "itl_s.p99": "ITL p99 ms", "e2e_s.p50": "E2E p50 ms", "e2e_s.p99": "E2E p99 ms",
+    "request_throughput": "req/s", "output_throughput": "output tok/s", "goodput": "goodput req/s",
+}
+
+
+def repeats_table(summary: Summary) -> Table | None:
+    """Each repeated cell's figures: mean ± the 95% interval's half-width (CV), a column per cell."""
+    if not summary.repeats:
+        return None
+    groups = summary.repeats
+    rows = []
+    for key, label in REPEATED.items():
+        if not any(key in g.figures for g in groups):
+            continue
+        scale = 1e3 if key.endswith(("p50", "p99")) else 1.0
+        row = [label]
+        for g in groups:
+            r = g.figures.get(key)
+            if r is None:
+                row.append("-")
+                continue
+            half = "" if r.half_width is None else f" ± {r.half_width * scale:,.2f}"
+            cv = "" if r.cv is None else f" ({r.cv:.1%}{', noisy' if key in g.noisy else ''})"
+            row.append(f"{r.mean * scale:,.2f}{half}{cv}")
+        rows.append(tuple(row))
+    n = sorted({len(g.cells) for g in groups})
+    notes = [f"cells {','.join(map(str, g.cells))}: {params_text(g.params)}" for g in groups]
+    notes += [f"mean ± half-width of its 95% interval (Student's t over {'/'.join(map(str, n))} repeats), "
+             f"coefficient of variation in brackets"]
+    noisy = [f"{params_text(g.params)}: {', '.join(REPEATED[k] for k in g.noisy)}" for g in groups if g.noisy]
+    if noisy:
+        notes.append("noisy (CV above the threshold, report.noisy_cv): " + "; ".join(noisy))
+    headers = ("figure", *(f"cells {','.join(map(str, g.cells))}" for g in groups))
+    return Table(headers, tuple(rows), title="repeats", footnotes=tuple(notes))
 
 
 def sweep_table(summary: Summary) -> Table:
@@ -250,4 +291,6 @@ def render_markdown(summary: Summary) -> str:
         parts += [f"**{line}**" for line in answer_lines(summary)] + [""]
     elif len(summary.measured) > 1:
         parts += ["## Sweep", "", _md_table(*sweep_rows(summary)), ""]
+    if (repeated := repeats_table(summary)) is not None:
+        parts += ["## Repeats", "", render_md(repeated), ""]
     return "\n".join(parts)

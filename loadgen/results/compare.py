@@ -32,9 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.results.intervals import bounded_above_from
+from loadgen.results.intervals import bounded_above_from, t95
 from loadgen.results.metrics import itl_values
 from loadgen.results.records import RequestRecord
+from loadgen.results.repeats import Repeated
 from loadgen.results.summary import CellSummary, Summary
 
 DRAWS = 2000
@@ -84,13 +85,16 @@ class CellMatch:
     params: dict[str, Any]
     base_cell: int  # the cells' numbers, from 1
     cell: int
-    base_requests: int
+    base_requests: int  # (by_repeats: the repeats)
     requests: int
     changes: tuple[Change, ...]
+    by_repeats: bool = False  # the changes come from both runs' repeats, not from one cell's requests
 
     def to_dict(self) -> dict[str, Any]:
+        counted = "repeats" if self.by_repeats else "requests"
         return {"params": self.params, "baseline_cell": self.base_cell, "cell": self.cell,
-                "baseline_requests": self.base_requests, "requests": self.requests,
+                f"baseline_{counted}": self.base_requests, counted: self.requests,
+                "interval": "Student's t over the repeats" if self.by_repeats else "bootstrap over the requests",
                 "changes": [c.to_dict() for c in self.changes]}
 
 
@@ -142,8 +146,63 @@ def _loose(key: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     return tuple(kv for kv in key if kv[0] not in ("model", "backend", "quant"))
 
 
+def _group_key(params: dict[str, Any]) -> str:
+    return repr(sorted((k, repr(v)) for k, v in params.items() if k not in ("num_prompts", "repeat")))
+
+
+def _from_repeats(metric: Metric, a: Repeated | None, b: Repeated | None, min_change: float) -> Change:
+    """The change between two repeated figures, its 95% interval by the delta method on the
+    ratio of the means, with Welch's degrees of freedom for Student's t."""
+    if a is None or b is None or a.mean <= 0:
+        return Change(metric.key, metric.label, None if a is None else _ms(metric, a.mean),
+                      None if b is None else _ms(metric, b.mean), None, None, None, UNKNOWN)
+    change = b.mean / a.mean - 1
+    na, nb = len(a.values), len(b.values)
+    if na < 2 or nb < 2 or b.mean <= 0:
+        return Change(metric.key, metric.label, _ms(metric, a.mean), _ms(metric, b.mean), change, None, None, FEW)
+    va, vb = (float(np.var(a.values, ddof=1)) / (a.mean**2 * na), float(np.var(b.values, ddof=1)) / (b.mean**2 * nb))
+    se = math.sqrt(va + vb) * (1 + change)
+    df = (va + vb) ** 2 / ((va**2 / (na - 1) if va else 0) + (vb**2 / (nb - 1) if vb else 0) or 1e-300)
+    half = t95(max(1, int(df))) * se
+    low, high = change - half, change + half
+    significant = (low > 0 or high < 0) and abs(change) >= min_change
+    verdict = SAME if not significant else (BETTER if (change > 0) == metric.higher_is_better else WORSE)
+    return Change(metric.key, metric.label, _ms(metric, a.mean), _ms(metric, b.mean), change, low, high, verdict)
+
+
+def _ms(metric: Metric, value: float) -> float:
+    return value * 1e3 if metric.q is not None else value
+
+
+def _compare_repeats(base: Run, run: Run, min_change: float) -> RunComparison:
+    """Both runs measured each cell several times: their repeat groups matched by parameters,
+    each change from the repeats' means and spread."""
+    groups = {_group_key(g.params): g for g in base.summary.repeats}
+    matches, unmatched = [], []
+    for g in run.summary.repeats:
+        if (b := groups.pop(_group_key(g.params), None)) is None:
+            unmatched.append(f"{run.label}: cells {','.join(map(str, g.cells))}: the baseline has no repeats "
+                             "with these parameters")
+            continue
+        changes = tuple(_from_repeats(m, b.figures.get(_figure(m)), g.figures.get(_figure(m)), min_change)
+                        for m in METRICS)
+        matches.append(CellMatch(dict(g.params), b.cells[0], g.cells[0], len(b.cells), len(g.cells), changes,
+                                 by_repeats=True))
+    unmatched += [f"{base.label}: cells {','.join(map(str, g.cells))}: {run.label} has no repeats with these "
+                  "parameters" for g in groups.values()]
+    return RunComparison(run.label, run.path, tuple(matches), tuple(unmatched))
+
+
+def _figure(metric: Metric) -> str:
+    """summary.json's name of a repeated figure: ttft_ms.p99 -> ttft_s.p99."""
+    return metric.key.replace("_ms.", "_s.")
+
+
 def compare(base: Run, run: Run, min_change: float = MIN_CHANGE) -> RunComparison:
-    """``run`` against ``base``, cell by matched cell."""
+    """``run`` against ``base``, cell by matched cell (or, where both measured their cells
+    several times, repeats against repeats)."""
+    if base.summary.repeats and run.summary.repeats:
+        return _compare_repeats(base, run, min_change)
     base_cells, cells = _keyed(base.summary), _keyed(run.summary)
     # a key with the server in it on one side only: match on the parameters alone
     if any(len(k) != len(_loose(k)) for k in (*base_cells, *cells)):

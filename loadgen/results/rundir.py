@@ -42,6 +42,7 @@ __all__ = ["write_file"]  # charts and report.html are written through it too
 from loadgen.results.metrics import summarize
 from loadgen.results.provenance import Provenance
 from loadgen.results.records import RecordWriter, RequestRecord, UnreadableRecord, read_records
+from loadgen.results.repeats import FIGURES, repeat_groups
 from loadgen.results.samples import (
     SAMPLES,
     Sample,
@@ -193,10 +194,22 @@ def assemble_summary(
                     [c for c in cells if c.probe is not None and c.probe.search == line.index])
         for line in lines
     )
+    repeats = repeat_groups([(c.params, c.number, repeat_figures(c.metrics)) for c in cells if c.metrics is not None],
+                            scenario.report.noisy_cv)
     return Summary(
         scenario=scenario.name, kind=scenario.kind, speed=scenario.speed, model=model, interrupted=interrupted,
         cells=tuple(cells), aborted=aborted, seed=scenario.seed, capacity=capacity, resumed=resumed,
+        repeats=repeats,
     )
+
+
+def repeat_figures(m: CellMetrics) -> dict[str, float | None]:
+    """The figures a repeat contributes, by their summary.json names."""
+    out: dict[str, float | None] = {}
+    for key in FIGURES:
+        name, _, stat = key.partition(".")
+        out[key] = getattr(m, name).get(stat) if stat else getattr(m, name)
+    return out
 
 
 def probe_cells(lines: Sequence[SearchLine], statuses: dict[int, CellStatus]) -> list[Cell]:

@@ -17,6 +17,7 @@ from loadgen.results.cellstatus import AppliedUsers, ServerInfo
 from loadgen.results.clienthealth import ClientHealth
 from loadgen.results.enginecores import EngineCores
 from loadgen.results.probe import CapacityAnswer, ProbeResult
+from loadgen.results.repeats import RepeatGroup
 from loadgen.results.samples import GpuMemory, ServerMetrics
 from loadgen.scenario.schema import DEFAULT_TOTAL_S, PER_TOKEN_S, Timeouts, default_total_s, token_limit
 
@@ -435,6 +436,8 @@ class Summary:
     # capacity searches: their answers, in the order the scenario gives them
     capacity: tuple[CapacityAnswer, ...] = ()
     resumed: int = 0  # how many times the run was continued (--resume) after a stop
+    # load.repeats: each repeated cell's figures as a mean with its 95% interval
+    repeats: tuple[RepeatGroup, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -464,6 +467,8 @@ class Summary:
             # one search: its answer; a search per matrix point: a list of them
             answers = [c.to_dict() for c in self.capacity]
             out["capacity"] = answers[0] if len(answers) == 1 else answers
+        if self.repeats:
+            out["repeats"] = [g.to_dict() for g in self.repeats]
         return out
 
     @classmethod
@@ -476,6 +481,7 @@ class Summary:
             seed=data.get("seed"),
             capacity=tuple(CapacityAnswer.from_dict(c) for c in _listed(data.get("capacity"))),
             resumed=int(data.get("resumed") or 0),
+            repeats=tuple(RepeatGroup.from_dict(g) for g in data.get("repeats") or ()),
             schema_version=int(data.get("schema_version", 1)),
         )
 

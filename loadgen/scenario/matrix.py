@@ -39,6 +39,8 @@ class Cell:
     labels: tuple[tuple[str, Any], ...] = ()
     # a search's probe: the search it belongs to (its index among the scenario's searches)
     search: int | None = None
+    # load.repeats > 1: which time this cell's parameters are measured (from 1)
+    repeat: int | None = None
 
     @property
     def schedule(self) -> str | None:
@@ -81,6 +83,8 @@ class Cell:
             out["schedule"] = schedule
         for axis, value in redact_labels(dict(self.labels)).items():
             out.setdefault(axis, value)
+        if self.repeat is not None:
+            out["repeat"] = self.repeat
         return out
 
 
@@ -135,10 +139,11 @@ def expand_cells(scenario: Scenario, source: str = "<scenario>") -> list[Cell]:
         if ld.search is not None:
             continue
         for inp, out, conc, rate in itertools.product(w.input_tokens, w.output_tokens, ld.concurrency, ld.rate):
-            cells.append(Cell(
-                len(cells), inp, out, conc, rate, point,
-                tuple(labels.items()),
-            ))
+            for k in range(ld.repeats):  # each repeat a cell of its own, with its own prompts
+                cells.append(Cell(
+                    len(cells), inp, out, conc, rate, point,
+                    tuple(labels.items()), repeat=k + 1 if ld.repeats > 1 else None,
+                ))
     return cells
 
 

@@ -315,9 +315,15 @@ class Load(_Model):
     stages: tuple[Stage, ...] = ()
     # a capacity search: probes chosen one after another until the SLO boundary is bracketed
     search: Search | None = None
+    # each cell measured this many times, each time with fresh prompts (figures with 95% intervals)
+    repeats: int = Field(1, ge=1, le=100)
+    # a pause before each repeat after the first (the server's queues and clocks settle)
+    cooldown_s: float = Field(0.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _check_workers(self) -> Load:
+        if self.repeats > 1 and self.search is not None:
+            raise ValueError("a search measures again with search.confirm: drop load.repeats")
         if self.ramp_up is not None and self.stages:
             raise ValueError("give ramp_up or stages, not both")
         if (self.ramp_up is not None or self.stages) and any(r is not None for r in self.rate):
@@ -421,6 +427,8 @@ class Report(_Model):
 
     window_s: float | None = Field(None, gt=0, le=86400)
     windows: int | None = Field(None, ge=1, le=10000)
+    # repeats whose figure varies more than this (coefficient of variation) are flagged as noisy
+    noisy_cv: float = Field(0.05, gt=0, le=10)
 
     @model_validator(mode="after")
     def _one(self) -> Report:

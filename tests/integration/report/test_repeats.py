@@ -1,0 +1,55 @@
+"""load.repeats against a simulator whose requests vary (each request's token gaps scaled by its
+own N(1, 0.1) draw): the repeats' intervals hold the configured truth, two runs of the same
+server overlap, and compare judges them by their repeats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from typer.testing import CliRunner
+
+from loadgen.cli import app
+from tests.conftest import StartSim
+
+
+def test_repeats_hold_the_truth_and_two_runs_of_one_server_overlap(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=50, itl_ms=10, jitter=0.1)
+    path = tmp_path / "rep.yaml"
+    path.write_text("name: rep\nworkload: {num_prompts: 24, input_tokens: 16, output_tokens: 16}\n"
+                    "load: {concurrency: 4, warmup_requests: 0}\n")
+    groups = []
+    for name in ("a", "b"):
+        result = CliRunner().invoke(app, ["run", str(path), "--base-url", base_url, "--repeats", "5",
+                                          "--out", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        summary = orjson.loads((tmp_path / name / "summary.json").read_bytes())
+        assert [c["params"]["repeat"] for c in summary["cells"]] == [1, 2, 3, 4, 5]
+        # each repeat drew its own prompts: the server's prefix cache (blocks of 16 tokens, as
+        # vLLM's) served none of their prompt tokens, though the 5 repeats' lengths are the same
+        assert [c["server_prefix_cache_hit_rate"] for c in summary["cells"]] == [0.0] * 5
+        (group,) = summary["repeats"]
+        assert group["cells"] == [1, 2, 3, 4, 5]
+        groups.append(group["figures"])
+        assert "repeats" in result.output
+        assert " ± " in result.output
+    for figures in groups:
+        tpot = figures["tpot_s.p50"]
+        # the truth: the simulator's 10 ms between tokens (its jitter's median factor is 1)
+        assert tpot["mean"] - tpot["half_width"] <= 0.010 <= tpot["mean"] + tpot["half_width"], tpot
+        # the interval is Student's t over the 5 values: 2.776 x s / sqrt(5)
+        values = tpot["values"]
+        mean = sum(values) / 5
+        s = (sum((v - mean) ** 2 for v in values) / 4) ** 0.5
+        assert abs(tpot["half_width"] - 2.776 * s / 5**0.5) < 1e-9
+    for key in ("tpot_s.p50", "e2e_s.p50", "request_throughput"):
+        a, b = groups[0][key], groups[1][key]
+        assert a["mean"] - a["half_width"] <= b["mean"] + b["half_width"], key
+        assert b["mean"] - b["half_width"] <= a["mean"] + a["half_width"], key
+    # compare takes the repeats as its samples: the same server is within noise
+    data = orjson.loads(CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"),
+                                                 "--format", "json"]).output)
+    (match,) = data["runs"][0]["cells"]
+    assert match["repeats"] == 5
+    verdicts = {c["metric"]: c["verdict"] for c in match["changes"]}
+    assert verdicts["tpot_ms.p50"] == verdicts["request_throughput"] == "within noise", verdicts
