@@ -18,6 +18,7 @@ from loadgen.errors import TargetError
 from loadgen.load.sidecall import side_call, side_client
 from loadgen.results.readings import GpuReading, Reading, Scrape
 from loadgen.results.samples import MetricNames, parse_metrics
+from loadgen.servers.energy import read_energy
 from loadgen.servers.gpus import nvml
 
 
@@ -50,7 +51,8 @@ def gpu_sample(pids: set[int]) -> GpuReading | None:
 
 
 class GpuSampler:
-    """A thread sampling GPU memory of a process tree every ``interval_s`` while a cell runs."""
+    """A thread sampling GPU memory of a process tree every ``interval_s`` while a cell runs,
+    and the machine's energy counters at the cell's start and end."""
 
     def __init__(self, pid: int, emit: Callable[[Reading], None], interval_s: float = 0.2) -> None:
         self.pid, self.emit, self.interval_s = pid, emit, interval_s
@@ -58,6 +60,7 @@ class GpuSampler:
         self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
 
     def start(self) -> None:
+        self.emit(read_energy())
         self._thread.start()
 
     def _loop(self) -> None:
@@ -77,6 +80,7 @@ class GpuSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        self.emit(read_energy())
 
 
 METRICS_S = 5.0  # a scrape is taken once a second: one that takes longer is given up

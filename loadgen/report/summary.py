@@ -74,6 +74,13 @@ def _cache_text(cell: CellSummary) -> str:
     if cell.engine_gap:  # the client against the engine's own histograms
         parts.append("client - engine " + ", ".join(
             f"{g.metric.upper()} {g.gap_ms:+.2f} ms" for g in cell.engine_gap if g.metric != "tpot"))
+    if (e := cell.energy) is not None:
+        parts.append("GPU energy " + (f"{e.gpu_energy_j:,.1f} J ({e.gpu_avg_power_w:,.1f} W, "
+                                      f"{e.gpu_j_per_output_token or 0:.4f} J per output token)"
+                                      if e.gpu_energy_j is not None else f"not measured: {e.gpu_reason}"))
+        parts.append("CPU package energy " + (f"{e.cpu_energy_j:,.1f} J ({e.cpu_avg_power_w:,.1f} W, the whole "
+                                              "package)" if e.cpu_energy_j is not None
+                                              else f"not measured: {e.cpu_reason}"))
     return "".join(f" | {p}" for p in parts)
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from loadgen.data import Unchecked
 
 # the kinds, as a line's "probe" names them
-METRICS, GPU, CLIENT, ENGINE_CORES = "metrics", "gpu", "client", "engine_cores"
+METRICS, GPU, CLIENT, ENGINE_CORES, ENERGY = "metrics", "gpu", "client", "engine_cores", "energy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,13 +139,38 @@ class EngineCoreReading:
                    float(data["engine_s"]), tuple(Hog.from_dict(h) for h in data.get("others") or ()))
 
 
-Reading = Scrape | GpuReading | ClientReading | EngineCoreReading
-_KINDS: dict[str, type[Scrape] | type[GpuReading] | type[ClientReading] | type[EngineCoreReading]] = {
-    METRICS: Scrape, GPU: GpuReading, CLIENT: ClientReading, ENGINE_CORES: EngineCoreReading,
+@dataclass(frozen=True, slots=True)
+class EnergyReading:
+    """Energy counters at one moment (``at_s``, a monotonic clock): each GPU's total energy in mJ
+    (NVML) and each CPU package's in µJ with its wrap-around range (Linux powercap, RAPL); a
+    counter that could not be read is None, with the reason."""
+
+    at_s: float
+    gpu_mj: dict[str, int] | None = None
+    gpu_reason: str | None = None
+    cpu_uj: dict[str, int] | None = None
+    cpu_range_uj: dict[str, int] = field(default_factory=dict)
+    cpu_reason: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Unchecked) -> EnergyReading:
+        return cls(float(data["at_s"]), data.get("gpu_mj"), data.get("gpu_reason"), data.get("cpu_uj"),
+                   dict(data.get("cpu_range_uj") or {}), data.get("cpu_reason"))
+
+
+Reading = Scrape | GpuReading | ClientReading | EngineCoreReading | EnergyReading
+_KINDS: dict[str, type[Scrape] | type[GpuReading] | type[ClientReading] | type[EngineCoreReading]
+             | type[EnergyReading]] = {
+    METRICS: Scrape, GPU: GpuReading, CLIENT: ClientReading, ENGINE_CORES: EngineCoreReading, ENERGY: EnergyReading,
 }
 
 
 def kind_of(reading: Reading) -> str:
+    if isinstance(reading, EnergyReading):
+        return ENERGY
     if isinstance(reading, EngineCoreReading):
         return ENGINE_CORES
     return METRICS if isinstance(reading, Scrape) else GPU if isinstance(reading, GpuReading) else CLIENT

@@ -49,6 +49,7 @@ from loadgen.results.samples import (
     SampleLog,
     prefix_cache_hit_rate,
     read_samples,
+    summarize_energy,
     summarize_gpu,
     summarize_server_metrics,
 )
@@ -159,6 +160,11 @@ def cell_summary(
             cell.search, point.load.search, float(value), [r for r in records if not r.warmup],
             status.status, status.stopped_early, metrics.duration_s if metrics else None, first_wave(cell),
         )
+    gpu_memory = summarize_gpu(samples.get("gpu", []), reason=no_gpu)
+    energy = summarize_energy(samples.get("energy", []), list(gpu_memory.peak_gib_per_gpu or {}) or None,
+                              metrics.output_tokens_total if metrics is not None else 0)
+    if energy is not None and energy.gpu_energy_j is None and server.device == "cpu":
+        energy = replace(energy, gpu_reason="the engine runs on CPU")
     return CellSummary(
         cell=cell.index,
         params=cell.params(),
@@ -168,7 +174,7 @@ def cell_summary(
         server=server,
         metrics=metrics,
         server_metrics=server_metrics,
-        gpu_memory=summarize_gpu(samples.get("gpu", []), reason=no_gpu),
+        gpu_memory=gpu_memory,
         client=client_health(samples.get("client", []), records, cell.rate is not None),
         server_prefix_cache_hit_rate=hit_rate,
         cache_reset=status.cache_reset,
@@ -179,6 +185,7 @@ def cell_summary(
         engine_gap=gaps,
         engine_cores=cores,
         users=status.users,
+        energy=energy,
     )
 
 

@@ -21,14 +21,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import orjson
 
 from loadgen.errors import OutputError, RunDirError
 from loadgen.results.files import AppendFile
-from loadgen.results.readings import GpuReading, Histogram, Reading, Scrape, kind_of, reading
+from loadgen.results.readings import EnergyReading, GpuReading, Histogram, Reading, Scrape, kind_of, reading
 
 SAMPLES = "probes.jsonl"  # the samples file's name in a run directory
 GIB = float(1 << 30)
@@ -225,6 +225,63 @@ class GpuMemory:
             return cls(False, "no GPU samples")
         return cls(bool(data.get("available")), data.get("reason"), data.get("source"), data.get("peak_gib_per_gpu"),
                    data.get("peak_gib_total"))
+
+
+@dataclass(frozen=True, slots=True)
+class Energy:
+    """Energy over a cell, from the counters at its start and end: the engine's GPUs (NVML) and
+    the CPU packages (RAPL: the whole package, the client's work included); a figure that could
+    not be measured is None, with the reason, never zero."""
+
+    seconds: float
+    gpu_energy_j: float | None = None
+    gpu_avg_power_w: float | None = None
+    gpu_j_per_output_token: float | None = None
+    gpus: tuple[str, ...] = ()
+    gpu_reason: str | None = None
+    cpu_energy_j: float | None = None
+    cpu_avg_power_w: float | None = None
+    cpu_reason: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()
+                if v is not None and v != ()}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Energy | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(**{**data, "gpus": tuple(data.get("gpus") or ())})
+
+
+def summarize_energy(samples: list[Sample], gpus: list[str] | None, output_tokens: int) -> Energy | None:
+    """The energy between the first and the last counter reading of a cell; ``gpus``: the
+    engine's GPUs (those it held memory on; None: not known)."""
+    readings = [s.values for s in samples if isinstance(s.values, EnergyReading)]
+    if len(readings) < 2:
+        return None
+    first, last = readings[0], readings[-1]
+    span = last.at_s - first.at_s
+    if span <= 0:
+        return None
+    out = Energy(round(span, 3))
+    if first.gpu_mj is None or last.gpu_mj is None:
+        out = replace(out, gpu_reason=last.gpu_reason or first.gpu_reason or "no GPU energy counter")
+    elif not gpus:
+        out = replace(out, gpu_reason="the engine held memory on no GPU: its GPUs are not known")
+    else:
+        joules = sum(last.gpu_mj[g] - first.gpu_mj[g] for g in gpus if g in first.gpu_mj and g in last.gpu_mj) / 1e3
+        out = replace(out, gpu_energy_j=round(joules, 3), gpu_avg_power_w=round(joules / span, 3), gpus=tuple(gpus),
+                      gpu_j_per_output_token=round(joules / output_tokens, 6) if output_tokens else None)
+    if first.cpu_uj is None or last.cpu_uj is None:
+        return replace(out, cpu_reason=last.cpu_reason or first.cpu_reason or "no CPU energy counter")
+    total = 0
+    for name, end in last.cpu_uj.items():
+        start = first.cpu_uj.get(name, end)
+        wrap = last.cpu_range_uj.get(name, 0)
+        total += end - start if end >= start else end + wrap - start  # the counter wrapped once
+    joules = total / 1e6
+    return replace(out, cpu_energy_j=round(joules, 3), cpu_avg_power_w=round(joules / span, 3))
 
 
 def summarize_server_metrics(samples: list[Sample]) -> ServerMetrics | None:

@@ -18,7 +18,7 @@ from loadgen.results.clienthealth import ClientHealth
 from loadgen.results.enginecores import EngineCores
 from loadgen.results.probe import CapacityAnswer, ProbeResult
 from loadgen.results.repeats import RepeatGroup
-from loadgen.results.samples import GpuMemory, ServerMetrics
+from loadgen.results.samples import Energy, GpuMemory, ServerMetrics
 from loadgen.scenario.schema import DEFAULT_TOTAL_S, PER_TOKEN_S, Timeouts, default_total_s, token_limit
 
 SCHEMA_VERSION = 2
@@ -348,6 +348,7 @@ class CellSummary:
     # the engine's cores on this host while the cell ran (None: not known, or not watched)
     engine_cores: EngineCores | None = None
     users: AppliedUsers | None = None  # a Locust test's users as they ran (None: any other cell)
+    energy: Energy | None = None  # GPU and CPU energy over the cell, where loadgen launched the engine
 
     @property
     def open_loop(self) -> bool:
@@ -389,6 +390,7 @@ class CellSummary:
             out["engine_cores"] = self.engine_cores.to_dict()
         else:
             del out["engine_cores"]
+        out["energy"] = None if self.energy is None else self.energy.to_dict()
         if self.users is None:
             del out["users"]
         else:
@@ -417,7 +419,7 @@ class CellSummary:
             request_bounds=RequestBounds.from_dict(data.get("request_bounds")),
             engine_gap=tuple(EngineGap.from_dict(g) for g in data.get("engine_gap") or ()),
             engine_cores=EngineCores.from_dict(data["engine_cores"]) if data.get("engine_cores") else None,
-            users=AppliedUsers.from_dict(data.get("users")),
+            users=AppliedUsers.from_dict(data.get("users")), energy=Energy.from_dict(data.get("energy")),
         )
 
 
