@@ -22,7 +22,8 @@ def report(
         str | None,
         typer.Option(help="single-stream | throughput | capacity | compare | sweep (default: the scenario's kind)"),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="console | md | rst | csv | json")] = "console",
+    fmt: Annotated[str, typer.Option("--format", metavar="FORMAT", help="console | md | rst | csv | json | llmd "
+                                     "(llm-d's Benchmark Report v0.2.1, one per cell, as a JSON array)")] = "console",
     spread: Annotated[bool, typer.Option("--spread", help="single-stream: add the speed's std over repeats")] = False,
     plot: Annotated[bool, typer.Option("--plot", help="write PNG charts into each run directory")] = False,
     as_html: Annotated[
@@ -35,10 +36,15 @@ def report(
     from loadgen.report.views import FORMATS, TABLES, check_choice, published_tables, render_tables
     from loadgen.results.rundir import rebuild_summary
 
-    check_choice("--format", fmt, FORMATS)
+    check_choice("--format", fmt, (*FORMATS, "llmd"))
     check_choice("--table", table, TABLES)
     for run_dir in run_dirs:
         summary = rebuild_summary(run_dir)
+        if fmt == "llmd":  # llm-d's Benchmark Report v0.2.1, one per measured cell
+            from loadgen.report.llmd import benchmark_reports
+
+            print_text(orjson.dumps(benchmark_reports(summary, run_dir), option=orjson.OPT_INDENT_2).decode())
+            continue
         kind = table or summary.kind
         if plot:
             written = write_plots(summary, run_dir)
