@@ -107,6 +107,7 @@ HELP: dict[str, str] = {
     "--disable-tqdm": "no progress bar",
     "--save-scenario": "write the equivalent loadgen scenario to this file",
     "--out": "loadgen's run directory (default: none unless --save-result)",
+    "--repeats": "loadgen's: run the benchmark N times, each with fresh prompts; the figures with 95%% intervals",
     "--append-result": "append the result to the result file (one JSON per line)",
     "--insecure": "do not verify the server's TLS certificate",
     "--request-id-prefix": "prefix of each request's X-Request-Id",
@@ -182,6 +183,7 @@ def parser() -> argparse.ArgumentParser:
     a("--disable-tqdm", action="store_true")
     a("--save-scenario")
     a("--out")
+    a("--repeats", type=int, default=1)
     a("--append-result", action="store_true")
     a("--trust-remote-code", action="store_true")
     a("--plot-timeline", action="store_true")
@@ -342,6 +344,10 @@ def parse(argv: list[str]) -> BenchArgs:
                            "end_rate": ns.ramp_up_end_rps}
     elif ns.request_rate != float("inf"):
         load["rate"] = ns.request_rate
+    if not 1 <= ns.repeats <= 100:
+        raise UsageError(f"--repeats {ns.repeats}: between 1 and 100")
+    if ns.repeats > 1:
+        load["repeats"] = ns.repeats
     scenario: Unchecked = {"name": ns.label or "bench", "seed": ns.seed, "target": target,
                                 "workload": workload, "load": load}
     if goodput:

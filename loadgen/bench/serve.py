@@ -20,7 +20,8 @@ from loadgen.load.prepare import QuietObserver
 from loadgen.load.run import execute
 from loadgen.load.schedule import Arrivals, vllm_offsets
 from loadgen.report.progress import ProgressObserver
-from loadgen.report.summary import render_markdown
+from loadgen.report.summary import render_markdown, repeats_table
+from loadgen.report.tables import render
 from loadgen.results.records import read_records
 from loadgen.results.rundir import RECORDS, default_run_dir
 from loadgen.results.vllm_result import VllmResult, result_text, vllm_result
@@ -141,7 +142,7 @@ def bench_serve(
     progress: Callable[[], ProgressObserver],
 ) -> VllmResult:
     """Run the benchmark; ``show`` prints the result block, ``message`` a line to stderr,
-    ``progress`` makes the progress bar (unless --disable-tqdm). Returns vLLM's result."""
+    ``progress`` makes the progress bar (unless --disable-tqdm). Returns vLLM's result (the last repeat's)."""
     b = parse(argv)
     for line in ignored(argv):
         message(line)
@@ -181,17 +182,26 @@ def bench_serve(
             bar.close()
     records = list(read_records(run_dir / RECORDS))
     model = str(result.summary.model or sc.target.model)
-    data = header(b, model, stamp)
-    data.update(vllm_result(
-        records, percentile_metrics=b.percentile_metrics, percentiles=b.percentiles, goodput=b.goodput or None,
-        max_concurrency=b.ns.max_concurrency, detailed=b.ns.save_detailed,
-        lead_s=first_gap(sc, result.summary.seed), request_rate=b.ns.request_rate,
-    ))
-    show(result_text(data, b.percentile_metrics))
-    per_second = data.pop("peak_concurrent_per_second")
-    if data["max_concurrent_requests"] != per_second:
-        message(f"peak concurrent requests: {data['max_concurrent_requests']} at once; vllm bench serve 0.32 "
-                f"prints {per_second}, the requests running at any time within the same whole second")
+    # a result per repeat (each a cell of its own records), vLLM's block printed for each
+    results = []
+    for cell in sorted({r.cell for r in records}) or [0]:
+        data = header(b, model, stamp)
+        data.update(vllm_result(
+            [r for r in records if r.cell == cell], percentile_metrics=b.percentile_metrics,
+            percentiles=b.percentiles, goodput=b.goodput or None, max_concurrency=b.ns.max_concurrency,
+            detailed=b.ns.save_detailed, lead_s=first_gap(sc, result.summary.seed), request_rate=b.ns.request_rate,
+        ))
+        if b.ns.repeats > 1:
+            show(f"repeat {cell + 1} of {b.ns.repeats}")
+        show(result_text(data, b.percentile_metrics))
+        results.append(data)
+    if (table := repeats_table(result.summary)) is not None:
+        show(render(table, "md"))
+    for data in results:
+        per_second = data.pop("peak_concurrent_per_second")
+        if data["max_concurrent_requests"] != per_second:
+            message(f"peak concurrent requests: {data['max_concurrent_requests']} at once; vllm bench serve 0.32 "
+                    f"prints {per_second}, the requests running at any time within the same whole second")
     ok = not result.interrupted and result.aborted is None and any(
         r.ok and r.first_token_at is not None for r in records if not r.warmup)
     if b.ns.save_result:
@@ -201,11 +211,13 @@ def bench_serve(
             # the file name holds the model the server named (unknown before the run): the run
             # directory takes the same name, so the two lie side by side
             run_dir = run_dir.rename(path.with_suffix(""))
+        # one JSON document per repeat, a line each (vLLM's --append-result layout)
+        documents = "\n".join(json.dumps(d) for d in results)
         if b.ns.append_result and path.exists() and path.stat().st_size:
-            with path.open("a") as f:  # vLLM's --append-result: one more JSON document, after a newline
-                f.write("\n" + json.dumps(data))
+            with path.open("a") as f:  # vLLM's --append-result: more JSON documents, after a newline
+                f.write("\n" + documents)
         else:
-            path.write_text(json.dumps(data))
+            path.write_text(documents)
         message(f"result: {path} (vLLM's layout); run directory: {run_dir}")
     elif scratch and ok:
         shutil.rmtree(run_dir.parent, ignore_errors=True)
@@ -223,4 +235,4 @@ def bench_serve(
     if not ok:
         raise TargetError("no request succeeded: the server could not serve this benchmark "
                           "(the failures are in the run directory's records.jsonl)")
-    return data
+    return results[-1]

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -154,3 +155,17 @@ def test_without_save_result_nothing_is_written_and_queueing_is_printed(start_si
     # 12 requests due within 0.12 s through 2 slots of ~35 ms each: most wait for a slot
     assert mean("Client Queue Time") > 10
     assert mean("E2EL incl. Client Queue") == pytest.approx(mean("E2EL") + mean("Client Queue Time"), abs=0.02)
+
+
+def test_repeats_print_each_result_and_the_means_with_intervals(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=1).removesuffix("/v1")
+    proc = bench("--base-url", base_url, "--num-prompts", "8", "--max-concurrency", "2", "--repeats", "3",
+                 "--save-result", "--result-dir", str(tmp_path), "--result-filename", "r.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # vLLM's block for each repeat, then the repeats' means with their intervals
+    assert [f"repeat {k} of 3" in proc.stdout for k in (1, 2, 3)] == [True] * 3
+    assert proc.stdout.count("Successful requests:") == 3
+    assert " ± " in proc.stdout
+    # the result file: one JSON document per repeat, a line each (vLLM's --append-result layout)
+    documents = [json.loads(line) for line in (tmp_path / "r.json").read_text().splitlines()]
+    assert [d["completed"] for d in documents] == [8, 8, 8]
