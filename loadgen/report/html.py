@@ -86,10 +86,9 @@ def charts(summary: Summary, run_dir: Path, skip: frozenset[str] = frozenset()) 
         # a search's answer first: its capacity chart leads
         paths = [p for i, cap in enumerate(summary.capacity)
                  if (p := plot_capacity(cap, where / f"capacity-{i + 1}.svg", summary.scenario)) is not None]
-        paths += write_plots(summary, run_dir, where, "svg")
+        paths += write_plots(summary, run_dir, where, "svg", skip)  # those drawn live: not drawn twice
         for p in paths:
-            if p.stem not in skip:
-                out.append((CHART_TITLES.get(p.stem.split("-")[0], p.stem), inline_svg(p)))
+            out.append((CHART_TITLES.get(p.stem.split("-")[0], p.stem), inline_svg(p)))
     return out
 
 

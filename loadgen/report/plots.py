@@ -143,9 +143,12 @@ def plot_latency(summary: Summary, path: Path) -> Path | None:
     return save(fig, path)
 
 
-def write_plots(summary: Summary, run_dir: Path, out_dir: Path | None = None, suffix: str = "png") -> list[Path]:
-    """The charts that fit the run (into ``out_dir``, default the run directory, as PNG or SVG);
-    returns the files written."""
+def write_plots(
+    summary: Summary, run_dir: Path, out_dir: Path | None = None, suffix: str = "png",
+    skip: frozenset[str] = frozenset(),
+) -> list[Path]:
+    """The charts that fit the run (into ``out_dir``, default the run directory, as PNG or SVG),
+    but those named in ``skip`` (by file stem: drawn otherwise); returns the files written."""
     out = out_dir or run_dir
     kind = summary.kind
     made = []
@@ -154,10 +157,13 @@ def write_plots(summary: Summary, run_dir: Path, out_dir: Path | None = None, su
     if kind == "throughput":
         made.append(plot_throughput(summary, out / f"throughput.{suffix}"))
     if kind != "single-stream" and not summary.capacity:
-        made.append(plot_latency(summary, out / f"latency.{suffix}"))
-        made.append(plot_load(summary, out / f"load.{suffix}"))
+        if "latency" not in skip:
+            made.append(plot_latency(summary, out / f"latency.{suffix}"))
+        if "load" not in skip:
+            made.append(plot_load(summary, out / f"load.{suffix}"))
     records = list(read_records(run_dir / RECORDS)) if (run_dir / RECORDS).exists() else []
-    made.append(plot_distributions(summary, records, out / f"distributions.{suffix}"))
+    if "distributions" not in skip:
+        made.append(plot_distributions(summary, records, out / f"distributions.{suffix}"))
     made.append(plot_timeline(summary, records, out / f"timeline.{suffix}"))
     made.append(plot_windows(summary, out / f"windows.{suffix}"))
     capacity = write_capacity_plots(summary, run_dir) if suffix == "png" and out == run_dir else []

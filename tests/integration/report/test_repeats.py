@@ -53,3 +53,24 @@ def test_repeats_hold_the_truth_and_two_runs_of_one_server_overlap(start_sim: St
     assert match["repeats"] == 5
     verdicts = {c["metric"]: c["verdict"] for c in match["changes"]}
     assert verdicts["tpot_ms.p50"] == verdicts["request_throughput"] == "within noise", verdicts
+
+
+def test_a_cooldown_separates_the_repeats(start_sim: StartSim, tmp_path: Path) -> None:
+    from loadgen.results.records import read_records
+
+    base_url = start_sim(ttft_ms=5, itl_ms=1)
+    gaps = []
+    for cooldown in (0, 1.0):
+        path = tmp_path / "cool.yaml"
+        path.write_text("name: cool\nworkload: {num_prompts: 4, input_tokens: 8, output_tokens: 4}\n"
+                        f"load: {{concurrency: 2, warmup_requests: 0, repeats: 2, cooldown_s: {cooldown}}}\n")
+        run = tmp_path / f"run-{cooldown}"
+        result = CliRunner().invoke(app, ["run", str(path), "--base-url", base_url, "--out", str(run)])
+        assert result.exit_code == 0, result.output
+        records = [r for r in read_records(run / "records.jsonl") if r.request_id >= 0]
+        first_end = max(r.done_at for r in records if r.cell == 0)  # type: ignore[type-var]
+        second_start = min(r.sent_at for r in records if r.cell == 1)  # type: ignore[type-var]
+        gaps.append(second_start - first_end)  # type: ignore[operator]
+    # without a cooldown the second repeat follows at once; with one it waits its second first
+    assert gaps[0] < 1.0
+    assert gaps[1] >= 1.0
