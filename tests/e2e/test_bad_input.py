@@ -45,6 +45,12 @@ def one_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -
     # times past any run: a clear bound, not an overflow deep in the event loop
     ("target: {timeouts: {total_s: 1e300}}\n", "target.timeouts.total_s -> Input should be less than or equal to"),
     ("load: {duration_s: 1e300}\n", "load.duration_s -> Input should be less than or equal to 10000000"),
+    # repeats, windows and their noise threshold
+    ("load: {repeats: 0}\n", "load.repeats -> Input should be greater than or equal to 1 (got 0)"),
+    ("load: {repeats: 3, search: {by: concurrency, slo: {ttft_ms: {p99: 100}}}}\n",
+     "load -> a search measures again with search.confirm: drop load.repeats"),
+    ("report: {window_s: 5, windows: 3}\n", "report -> give window_s or windows, not both"),
+    ("report: {noisy_cv: -1}\n", "report.noisy_cv -> Input should be greater than 0 (got -1)"),
 ])
 def test_bad_scenario_files(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "s.yaml"
