@@ -150,10 +150,11 @@ def time_chart(records: list[RequestRecord]) -> Spec | None:
     step = next((s for s in STEPS_S if end / s <= MAX_BINS), STEPS_S[-1])
     bins = int(end // step) + 1
     edges = np.arange(bins + 1) * step
-    arrivals = [np.asarray(r.chunk_offsets_s) + (r.sent_at - t0) for r in measured if r.ok and r.chunk_offsets_s]  # type: ignore[operator]
-    weights = [np.asarray(r.chunk_tokens, dtype=np.float64) for r in measured if r.ok and r.chunk_offsets_s]
-    tokens = np.histogram(np.concatenate(arrivals), bins=edges, weights=np.concatenate(weights))[0] \
-        if arrivals else np.zeros(bins)
+    tokens = np.zeros(bins)
+    for r in measured:  # each record's tokens into their bins: no run-long array of arrivals
+        if r.ok and r.chunk_offsets_s:
+            at = (np.asarray(r.chunk_offsets_s) + (r.sent_at - t0)) / step  # type: ignore[operator]
+            np.add.at(tokens, np.clip(at.astype(np.int64), 0, bins - 1), np.asarray(r.chunk_tokens, dtype=np.float64))
     done = np.histogram([r.done_at - t0 for r in measured if r.ok], bins=edges)[0]  # type: ignore[operator]
     sent = np.sort([r.sent_at - t0 for r in measured])  # type: ignore[operator]
     ended = np.sort([r.done_at - t0 for r in measured])  # type: ignore[operator]

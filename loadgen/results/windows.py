@@ -38,7 +38,19 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(values, q)) if values.size else None
 
 
+def _per_window(index: np.ndarray, values: np.ndarray, count: int, q: float) -> list[float | None]:
+    """The ``q``-th percentile of ``values`` in each window (by ``index``); None where it has none."""
+    if not values.size:
+        return [None] * count
+    order = np.argsort(index, kind="stable")
+    groups = np.split(values[order], np.cumsum(np.bincount(index, minlength=count))[:-1])
+    return [float(np.percentile(g, q)) if g.size else None for g in groups]
+
+
 def time_windows(records: Sequence[RequestRecord], width: float) -> tuple[Window, ...]:
+    """The cell in windows of ``width`` seconds from its first send. Every figure is binned by
+    index (one pass over the requests, one over their tokens): a long run's many windows cost
+    no more than its few."""
     measured = [r for r in records if not r.warmup and r.sent_at is not None and r.done_at is not None]
     if not measured or width <= 0:
         return ()
@@ -46,43 +58,44 @@ def time_windows(records: Sequence[RequestRecord], width: float) -> tuple[Window
     end = max(r.done_at for r in measured) - t0  # type: ignore[operator,type-var]
     count = max(1, int(np.ceil(end / width - 1e-9)))
     edges = np.minimum(np.arange(count + 1) * width, end)
-    sent = np.asarray([r.sent_at - t0 for r in measured])  # type: ignore[operator]
-    done = np.asarray([r.done_at - t0 for r in measured])  # type: ignore[operator]
+
+    def index(times: np.ndarray) -> np.ndarray:
+        return np.clip((times / width).astype(np.int64), 0, count - 1)
+
+    sent = np.sort(np.asarray([r.sent_at - t0 for r in measured]))  # type: ignore[operator]
+    done = np.sort(np.asarray([r.done_at - t0 for r in measured]))  # type: ignore[operator]
+    # requests in flight, time-weighted: the area under the in-flight count up to each edge,
+    # A(e) = sum of done before e - sum of sent before e + e x (sent before e - done before e)
+    sent_sum, done_sum = np.concatenate([[0.0], np.cumsum(sent)]), np.concatenate([[0.0], np.cumsum(done)])
+    n_sent, n_done = np.searchsorted(sent, edges, side="left"), np.searchsorted(done, edges, side="left")
+    area = done_sum[n_done] - sent_sum[n_sent] + edges * (n_sent - n_done)
     ok = [r for r in measured if r.ok and r.first_token_at is not None]
-    ok_sent = np.asarray([r.sent_at - t0 for r in ok])  # type: ignore[operator]
-    ok_done = np.asarray([r.done_at - t0 for r in ok])  # type: ignore[operator]
+    ok_sent = index(np.asarray([r.sent_at - t0 for r in ok]))  # type: ignore[operator]
     ttft = np.asarray([r.first_token_at - r.sent_at for r in ok])  # type: ignore[operator]
-    # each gap at the time its later token arrived; each chunk's tokens at its arrival
-    gap_at, gaps, token_at, tokens = [], [], [], []
+    # each chunk's tokens at its arrival; each gap at the arrival of its later token
+    tokens = np.zeros(count)
+    gap_index, gap_values = [], []
     for r in ok:
-        at = np.asarray(r.chunk_offsets_s, dtype=np.float64) + (r.sent_at - t0)  # type: ignore[operator]
-        token_at.append(at)
-        tokens.append(np.asarray(r.chunk_tokens, dtype=np.float64))
+        at = index(np.asarray(r.chunk_offsets_s, dtype=np.float64) + (r.sent_at - t0))  # type: ignore[operator]
+        np.add.at(tokens, at, np.asarray(r.chunk_tokens, dtype=np.float64))
         if at.size > 1:
-            gap_at.append(at[1:])
-            gaps.append(itl_values(r))
-    gap_times = np.concatenate(gap_at) if gap_at else np.empty(0)
-    gap_values = np.concatenate(gaps) if gaps else np.empty(0)
-    arrivals = np.concatenate(token_at) if token_at else np.empty(0)
-    arrived = np.concatenate(tokens) if tokens else np.empty(0)
+            gap_index.append(at[1:].astype(np.int32))
+            gap_values.append(itl_values(r))
+    gaps_at = np.concatenate(gap_index).astype(np.int64) if gap_index else np.empty(0, dtype=np.int64)
+    gaps = np.concatenate(gap_values) if gap_values else np.empty(0)
+    ttft_p50, ttft_p99 = _per_window(ok_sent, ttft, count, 50), _per_window(ok_sent, ttft, count, 99)
+    itl_p50, itl_p99 = _per_window(gaps_at, gaps, count, 50), _per_window(gaps_at, gaps, count, 99)
+    started = np.bincount(index(sent), minlength=count)
+    completed = np.bincount(index(np.asarray([r.done_at - t0 for r in ok])), minlength=count)  # type: ignore[operator]
     out = []
     for i in range(count):
-        lo, hi = float(edges[i]), float(edges[i + 1])
-        last = i == count - 1
-        span = hi - lo
-        inside = (sent >= lo) & ((sent < hi) | last)
-        # requests in flight, time-weighted: each request's overlap with the window
-        overlap = np.clip(np.minimum(done, hi) - np.maximum(sent, lo), 0, None).sum()
-        in_gap = (gap_times >= lo) & ((gap_times < hi) | last)
-        in_tok = (arrivals >= lo) & ((arrivals < hi) | last)
-        ok_in = (ok_sent >= lo) & ((ok_sent < hi) | last)
+        span = float(edges[i + 1] - edges[i])
         out.append(Window(
-            start_s=round(lo, 6), end_s=round(hi, 6), started=int(inside.sum()),
-            completed=int(((ok_done >= lo) & ((ok_done < hi) | last)).sum()),
-            in_flight=round(float(overlap / span), 3) if span > 0 else 0.0,
-            ttft_p50_s=_pct(ttft[ok_in], 50), ttft_p99_s=_pct(ttft[ok_in], 99),
-            itl_p50_s=_pct(gap_values[in_gap], 50), itl_p99_s=_pct(gap_values[in_gap], 99),
-            output_tokens_per_s=round(float(arrived[in_tok].sum() / span), 3) if span > 0 else 0.0,
+            start_s=round(float(edges[i]), 6), end_s=round(float(edges[i + 1]), 6), started=int(started[i]),
+            completed=int(completed[i]),
+            in_flight=round(float((area[i + 1] - area[i]) / span), 3) if span > 0 else 0.0,
+            ttft_p50_s=ttft_p50[i], ttft_p99_s=ttft_p99[i], itl_p50_s=itl_p50[i], itl_p99_s=itl_p99[i],
+            output_tokens_per_s=round(float(tokens[i] / span), 3) if span > 0 else 0.0,
         ))
     return tuple(out)
 
