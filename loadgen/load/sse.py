@@ -129,6 +129,8 @@ class Chunk:
     reasoning: bool = False
     # usage.prompt_tokens_details.cached_tokens: prompt tokens the server served from its cache
     cached_tokens: int | None = None
+    # the stream's last event (the Responses API's response.completed: it sends no [DONE])
+    final: bool = False
 
 
 class MalformedChunk(ValueError):
@@ -148,14 +150,59 @@ def _text(value: object, name: str, data: bytes) -> str:
     return value
 
 
+def _usage(usage: object, completion_key: str, prompt_key: str, details_key: str) -> tuple[int | None, ...]:
+    """(completion, prompt, cached) tokens of a usage object, checked."""
+    if not isinstance(usage, dict):
+        return None, None, None
+    completion, prompt = usage.get(completion_key), usage.get(prompt_key)
+    for name, value in ((completion_key, completion), (prompt_key, prompt)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 0 <= value <= MAX_USAGE_TOKENS):
+            raise InvalidUsage(f"usage.{name} is {value!r}")
+    details = usage.get(details_key)
+    cached = details["cached_tokens"] if isinstance(details, dict) and isinstance(details.get("cached_tokens"),
+                                                                                  int) else None
+    return completion, prompt, cached
+
+
+# the Responses API's events that carry text: the answer, and a reasoning model's thinking
+ANSWER_DELTA = "response.output_text.delta"
+REASONING_DELTAS = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta",
+                    "response.reasoning.delta")
+FINAL_EVENTS = ("response.completed", "response.incomplete")
+
+
+def _response_event(kind: str, obj: dict[str, object], data: bytes) -> Chunk:
+    """One event of a Responses API stream (``{"type": "response...."}``)."""
+    if kind == ANSWER_DELTA or kind in REASONING_DELTAS:
+        return Chunk(_text(obj.get("delta"), "delta", data), True, None, None, None, None, kind != ANSWER_DELTA)
+    response = obj.get("response")
+    response = response if isinstance(response, dict) else {}
+    if kind in FINAL_EVENTS:
+        completion, prompt, cached = _usage(response.get("usage"), "output_tokens", "input_tokens",
+                                            "input_tokens_details")
+        status = response.get("status")
+        return Chunk("", False, completion, prompt, status if isinstance(status, str) else kind[9:], None,
+                     cached_tokens=cached, final=True)
+    if kind == "response.failed":
+        err = response.get("error")
+        message = err.get("message", str(err)) if isinstance(err, dict) else "response.failed"
+        return Chunk("", False, None, None, None, str(message)[:300])
+    return Chunk("", False, None, None, None, None)  # created, in_progress, item and part events: no token
+
+
 def parse_chunk(data: bytes) -> Chunk:
-    """Read a completions or chat chunk; raises ``MalformedChunk`` for anything else."""
+    """Read a completions or chat chunk, or a Responses API event; raises ``MalformedChunk``
+    for anything else."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise MalformedChunk(f"not JSON: {data[:80]!r}") from exc
     if not isinstance(obj, dict):
         raise MalformedChunk(f"not a JSON object: {data[:80]!r}")
+    kind = obj.get("type")
+    if isinstance(kind, str) and kind.startswith("response."):
+        return _response_event(kind, obj, data)
     if "error" in obj or obj.get("object") == "error":
         err = obj.get("error", obj)
         message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
@@ -186,16 +233,6 @@ def parse_chunk(data: bytes) -> Chunk:
             raise MalformedChunk(f"finish_reason is not text: {data[:80]!r}")
     elif choices is None and "usage" not in obj:
         raise MalformedChunk(f"neither choices nor usage: {data[:80]!r}")
-    usage = obj.get("usage")
-    completion = prompt = cached = None
-    if isinstance(usage, dict):
-        completion = usage.get("completion_tokens")
-        prompt = usage.get("prompt_tokens")
-        for name, value in (("completion_tokens", completion), ("prompt_tokens", prompt)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 0 <= value <= MAX_USAGE_TOKENS):
-                raise InvalidUsage(f"usage.{name} is {value!r}")
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-            cached = details["cached_tokens"]
+    completion, prompt, cached = _usage(obj.get("usage"), "completion_tokens", "prompt_tokens",
+                                        "prompt_tokens_details")
     return Chunk(text, bool(choices), completion, prompt, finish, None, reasoning, cached)

@@ -25,7 +25,7 @@ class StreamState:
         "sent_ns", "chunk_ns", "chunk_tokens", "cum_tokens", "usage_completion",
         "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
         "first_limit_ns", "total_limit_ns", "first_answer_ns", "reasoning_tokens", "cached_tokens", "answer",
-        "token_limit", "retries",
+        "token_limit", "retries", "final",
     )
 
     def __init__(
@@ -58,6 +58,7 @@ class StreamState:
         # token or two) no request can have: a usage beyond it is invalid, a stream beyond it overruns
         self.token_limit = token_limit(max_tokens)
         self.retries = 0  # sent again on a new connection: the kept-alive one was closed unanswered
+        self.final = False  # the Responses API's last event came (its streams end without [DONE])
 
     def feed(self, raw: bytes, t: int) -> bool:
         """Bytes read from the body at ``t``; True once the stream is decided (more bytes
@@ -103,6 +104,10 @@ class StreamState:
             self.done_ns = t
             self.outcome = failure
             return True
+        if self.final:
+            self.done_ns = t
+            self.outcome = (None, None)
+            return True
         return False
 
     def _on_chunk(self, data: bytes, t: int) -> tuple[FailureClass, str] | None:
@@ -123,6 +128,8 @@ class StreamState:
             self.usage_completion = chunk.completion_tokens
         if chunk.cached_tokens is not None:
             self.cached_tokens = chunk.cached_tokens
+        if chunk.final:
+            self.final, self.finish_reason = True, chunk.finish_reason
         if not chunk.has_choices:
             return None  # the final usage chunk, or a keep-alive
         if chunk.completion_tokens is not None and (self.cum_tokens > 0 or not self.chunk_ns):

@@ -172,7 +172,7 @@ def header_problem(name: str, value: str) -> str | None:
 
 class Target(_Model):
     base_url: str | None = None
-    api: Literal["completions", "chat"] = "completions"
+    api: Literal["completions", "chat", "responses"] = "completions"
     model: str = "auto"
     # what the server at base_url runs, for the tables (a server does not say): e.g. awq, fp8
     quant: str | None = None
@@ -468,8 +468,8 @@ class Scenario(_Model):
     @model_validator(mode="after")
     def _kind_defaults(self) -> Scenario:
         w, ld = self.workload, self.load
-        if w.multi_turn is not None and self.target.api != "chat":
-            raise ValueError("workload.multi_turn sends conversations: set target.api: chat")
+        if w.multi_turn is not None and self.target.api == "completions":
+            raise ValueError("workload.multi_turn sends conversations: set target.api: chat (or responses)")
         if self.kind == "single-stream":
             if any(c != 1 for c in ld.concurrency) or any(r is not None for r in ld.rate):
                 raise ValueError(

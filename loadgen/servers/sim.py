@@ -48,6 +48,7 @@ from loadgen.scenario.serve import SimOptions
 from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
 from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
 from loadgen.servers.openai.protocol import StreamOptions, object_name, request_body, usage, whole_answer
+from loadgen.servers.openai.responses import EventWriter, chat_body, whole_response
 from loadgen.servers.openai.rules import Ask, RequestRefused, ask_of, error_body, request_id, stop_at
 from loadgen.workload.words import WORDS
 
@@ -215,14 +216,17 @@ class SimApp(OpenAIApp):
         self.cache.reset()
         await respond(send, 200, b'{"success":true}')
 
-    async def complete(self, scope: ASGIScope, receive: Any, send: Any, *, chat: bool) -> None:
+    async def complete(self, scope: ASGIScope, receive: Any, send: Any, *, chat: bool, responses: bool = False) -> None:
         arrival = time.perf_counter()
         key = self.api_key
         if key is not None and (b"authorization", b"Bearer " + key.encode()) not in scope["headers"]:
             await read_body(receive)
             await respond(send, 401, error_body("invalid or missing API key", "AuthenticationError", 401))
             return
-        await self._generate(receive, send, arrival, chat=chat)
+        await self._generate(receive, send, arrival, chat=chat, responses=responses)
+
+    async def responses(self, scope: ASGIScope, receive: Any, send: Any) -> None:
+        await self.complete(scope, receive, send, chat=True, responses=True)
 
     def metric_families(self) -> Iterable[Metric]:
         s = self.stats
@@ -261,7 +265,7 @@ class SimApp(OpenAIApp):
             u -= rate
         return None
 
-    async def _generate(self, receive: Any, send: Any, arrival: float, chat: bool) -> None:
+    async def _generate(self, receive: Any, send: Any, arrival: float, chat: bool, responses: bool = False) -> None:
         raw = await read_body(receive)
         self.stats.requests_total += 1
         cfg = self.config
@@ -279,6 +283,8 @@ class SimApp(OpenAIApp):
             return
         try:
             body = request_body(raw)
+            if responses:  # the Responses API's request, read as the chat request it amounts to
+                body = chat_body(body)
             for name in self.config.reject_params:
                 if name in body:
                     raise ValueError(f"Unrecognized request argument supplied: {name}")
@@ -307,7 +313,10 @@ class SimApp(OpenAIApp):
                 itl=(cfg.itl_s + others * cfg.itl_per_seq_s) * speed,
             )
             try:
-                if body.get("stream"):
+                if responses:
+                    if await self._respond(send, timing, prompt_tokens, ask.max_tokens, cached, bool(body["stream"])):
+                        self.stats.requests_completed += 1
+                elif body.get("stream"):
                     if await self._stream(send, body, timing, chat, prompt_tokens, ask, fault, cached):
                         self.stats.requests_completed += 1
                 else:
@@ -322,6 +331,30 @@ class SimApp(OpenAIApp):
                 self._serving -= 1
             else:
                 self._release()
+
+    async def _respond(self, send: Any, timing: _Timing, prompt: int, tokens: int, cached: int, stream: bool) -> bool:
+        """A Responses API answer of ``tokens`` tokens (its first ``reasoning_tokens`` thinking),
+        whole or as its events, each chunk at the same time the chat stream sends it."""
+        thinking, step = min(self.config.reasoning_tokens, tokens), self.config.tokens_per_chunk
+        if not stream:
+            await self._sleep_until(timing.start + (tokens - 1) * timing.itl)
+            self.stats.generation_tokens_total += tokens
+            text = "".join(" " + WORDS[i % len(WORDS)] for i in range(thinking, tokens))
+            await respond(send, 200, whole_response(self.config.model, text, prompt, tokens, thinking, cached))
+            return True
+        writer = EventWriter(send, self.config.model)
+        await start_stream(send)
+        await writer.opening()
+        for start in range(0, tokens, step):
+            end = min(start + step, tokens)
+            await self._sleep_until(timing.start + (end - 1) * timing.itl)
+            if _hung_up(send):
+                self.stats.requests_aborted += 1
+                return False
+            await writer.delta("".join(" " + WORDS[i % len(WORDS)] for i in range(start, end)), end <= thinking)
+            self.stats.generation_tokens_total += end - start
+        await writer.closing(prompt, tokens, thinking, cached)
+        return True
 
     async def _whole(self, send: Any, timing: _Timing, chat: bool, prompt_tokens: int, ask: Ask, cached: int,
                      prompt: str) -> None:

@@ -17,8 +17,8 @@ from loadgen.data import RequestBody
 from loadgen.errors import UsageError
 from loadgen.scenario.schema import ENV_REF, Sampling, Target, header_problem
 
-Api = Literal["completions", "chat"]
-ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions"}
+Api = Literal["completions", "chat", "responses"]
+ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions", "responses": "/responses"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +99,8 @@ def build_payload(
     """The JSON body of one streaming request with its output length forced; the target's
     ``extra_body`` is merged last (it may set any field, the sampling ones included)."""
     body: RequestBody = {"model": model}
+    if api == "responses":
+        return _responses_body(body, prompt, max_tokens, sampling, ignore_eos, min_tokens, target)
     if api == "chat":
         if prompt.messages is not None:
             body["messages"] = list(prompt.messages)
@@ -127,6 +129,31 @@ def build_payload(
     if continuous_usage_stats:
         options["continuous_usage_stats"] = True
     body["stream_options"] = options
+    body.update(sampling.model_dump(exclude_none=True))
+    if target is not None and target.extra_body:
+        body.update(target.extra_body)
+    return body
+
+
+def _responses_body(
+    body: RequestBody, prompt: Prompt, max_tokens: int, sampling: Sampling, ignore_eos: bool, min_tokens: bool,
+    target: Target | None,
+) -> RequestBody:
+    """OpenAI's Responses API (``POST /v1/responses``): the prompt as ``input`` (text, or the
+    conversation's messages), its length as ``max_output_tokens``; the stream's events carry
+    the usage at its end (``response.completed``), so there are no stream options."""
+    if prompt.messages is not None:
+        body["input"] = list(prompt.messages)
+    elif prompt.text is not None:
+        body["input"] = prompt.text
+    else:
+        raise ValueError("a Responses API request needs text or messages, not token ids")
+    body["max_output_tokens"] = max_tokens
+    if ignore_eos:  # vLLM's extras, as on its other endpoints (a server without them ignores them)
+        body["ignore_eos"] = True
+    if min_tokens:
+        body["min_tokens"] = max_tokens
+    body["stream"] = True
     body.update(sampling.model_dump(exclude_none=True))
     if target is not None and target.extra_body:
         body.update(target.extra_body)

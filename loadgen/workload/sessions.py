@@ -43,7 +43,8 @@ def next_message(turns: Turns, session: int, t: int, history: list[dict[str, str
 def turn_body(m: RequestMaker, history: list[dict[str, str]], max_tokens: int) -> bytes:
     """A turn's request: the whole conversation so far."""
     payload = build_payload(
-        "chat", m.model, Prompt(None, messages=tuple(history)), max_tokens, sampling=m.sampling,
+        "responses" if m.target.api == "responses" else "chat", m.model, Prompt(None, messages=tuple(history)),
+        max_tokens, sampling=m.sampling,
         ignore_eos=m.ignore_eos, min_tokens=m.min_tokens,
         continuous_usage_stats=m.target.continuous_usage_stats, target=m.target,
     )

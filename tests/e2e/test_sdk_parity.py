@@ -129,3 +129,25 @@ def test_chat_without_a_length_runs_past_sixteen_tokens(server: tuple[openai.Ope
             break
     stream.close()
     assert seen > 40
+
+
+def test_the_responses_api_streamed_and_whole(server: tuple[openai.OpenAI, str]) -> None:
+    client, model = server
+    # vLLM's extras force the length, as loadgen sends them (a server without them ignores them)
+    extra = {"ignore_eos": True, "min_tokens": 4}
+    whole = client.responses.create(model=model, input="hello there", max_output_tokens=4, extra_body=extra)
+    assert whole.status in ("completed", "incomplete")
+    assert whole.usage is not None
+    assert whole.usage.output_tokens == 4
+    assert whole.usage.input_tokens > 0
+    kinds: list[str] = []
+    with client.responses.stream(model=model, input=[{"role": "user", "content": "hi"}], max_output_tokens=4,
+                                 extra_body=extra) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds[0] == "response.created"
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    assert "response.output_text.delta" in kinds
+    assert final.usage is not None
+    assert final.usage.output_tokens == 4
+    assert final.output_text

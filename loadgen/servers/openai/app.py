@@ -66,6 +66,11 @@ class OpenAIApp:
     async def complete(self, scope: ASGIScope, receive: Any, send: Any, *, chat: bool) -> None:
         raise NotImplementedError
 
+    async def responses(self, scope: ASGIScope, receive: Any, send: Any) -> None:
+        """``POST /v1/responses``: not served unless a server says otherwise."""
+        await respond(send, 404, error("the Responses API is not served here: use /v1/chat/completions",
+                                       self.not_found, 404))
+
     async def __call__(self, scope: ASGIScope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
@@ -81,6 +86,8 @@ class OpenAIApp:
             await respond(send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode())
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             await self.complete(scope, receive, send, chat=path.endswith("chat/completions"))
+        elif method == "POST" and path == "/v1/responses":
+            await self.responses(scope, receive, send)
         elif (handler := self.routes().get((method, path))) is not None:
             await handler(receive, send)
         else:

@@ -165,3 +165,38 @@ def test_impossible_usage_is_not_believed() -> None:
                    + b"}\n\ndata: [DONE]\n\n", 5)
         assert state.outcome is not None
         assert state.outcome[0] == "usage_invalid", usage
+
+
+def test_responses_api_events() -> None:
+    from loadgen.load.sse import parse_chunk
+
+    delta = parse_chunk(b'{"type":"response.output_text.delta","delta":" hello","sequence_number":4}')
+    assert (delta.text, delta.has_choices, delta.reasoning, delta.final) == (" hello", True, False, False)
+    thought = parse_chunk(b'{"type":"response.reasoning_text.delta","delta":" hmm"}')
+    assert (thought.text, thought.reasoning) == (" hmm", True)
+    created = parse_chunk(b'{"type":"response.created","response":{"status":"in_progress","usage":null}}')
+    assert (created.text, created.has_choices, created.final, created.error) == ("", False, False, None)
+    done = parse_chunk(b'{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":32,'
+                       b'"input_tokens_details":{"cached_tokens":16},"output_tokens":8,"total_tokens":40}}}')
+    assert (done.prompt_tokens, done.completion_tokens, done.cached_tokens, done.finish_reason, done.final) == (
+        32, 8, 16, "completed", True)
+    failed = parse_chunk(b'{"type":"response.failed","response":{"error":{"message":"out of memory"}}}')
+    assert failed.error == "out of memory"
+
+
+def test_a_responses_stream_ends_at_its_last_event() -> None:
+    from loadgen.load.stream import StreamState
+
+    state = StreamState(max_tokens=2)
+    events = [
+        b'event: response.created\ndata: {"type":"response.created","response":{"status":"in_progress"}}\n\n',
+        b'data: {"type":"response.output_text.delta","delta":" a"}\n\n',
+        b'data: {"type":"response.output_text.delta","delta":" b"}\n\n',
+        b'data: {"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":5,'
+        b'"output_tokens":2}}}\n\n',
+    ]
+    decided = [state.feed(e, t) for t, e in enumerate(events, 1)]
+    assert decided == [False, False, False, True]
+    assert state.outcome == (None, None)
+    assert (state.chunk_ns, state.chunk_tokens, state.usage_completion, state.prompt_tokens, state.done_ns) == (
+        [2, 3], [1, 1], 2, 5, 4)

@@ -1,0 +1,40 @@
+"""``target.api: responses`` against the simulator: the same timings give the same TTFT, ITL and
+usage as the chat path, counted from the Responses API's own events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from loadgen.cli import app
+from loadgen.results.records import read_records
+from tests.conftest import StartSim
+
+
+def test_the_responses_api_measures_as_chat_does(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=30, itl_ms=5)
+    path = tmp_path / "r.yaml"
+    path.write_text("name: r\nworkload: {num_prompts: 16, input_tokens: 32, output_tokens: 16}\n"
+                    "load: {concurrency: 2, warmup_requests: 0}\n")
+    figures = {}
+    for api in ("responses", "chat"):
+        result = CliRunner().invoke(app, ["run", str(path), "--base-url", base_url, "--set", f"target.api={api}",
+                                          "--out", str(tmp_path / api)])
+        assert result.exit_code == 0, result.output
+        (cell,) = orjson.loads((tmp_path / api / "summary.json").read_bytes())["cells"]
+        figures[api] = cell["metrics"]
+        records = [r for r in read_records(tmp_path / api / "records.jsonl") if r.request_id >= 0]
+        # usage from the stream's last event: the exact lengths, 16 deltas of one token each
+        assert {(r.prompt_tokens, r.output_tokens, r.token_count_source) for r in records} == {(32, 16, "usage")}
+        assert {len(r.chunk_offsets_s) for r in records} == {16}
+    r, c = figures["responses"], figures["chat"]
+    assert r["completed"] == c["completed"] == 16
+    # the simulator's 30 ms to the first token and 5 ms between tokens, read alike on both paths
+    assert r["ttft_s"]["p50"] == pytest.approx(0.030, abs=0.003)
+    assert r["ttft_s"]["p50"] == pytest.approx(c["ttft_s"]["p50"], abs=0.002)
+    assert r["itl_s"]["p50"] == pytest.approx(0.005, abs=0.0005)
+    assert r["tpot_s"]["p50"] == pytest.approx(c["tpot_s"]["p50"], abs=0.0005)
+    assert r["prompt_tokens_total"] == c["prompt_tokens_total"] == 16 * 32
