@@ -58,7 +58,9 @@ def options_from(
             if get_origin(field.annotation) in (tuple, dict):
                 default = None
             help_text = helps.get(name) or field.description or name.replace("_", " ")
-            option = typer.Option(flag(name), help=help_text, metavar=metavars.get(name))
+            # a switch gets its "off" form too: one that is on by default can then be turned off
+            names = f"{flag(name)}/--no-{flag(name)[2:]}" if kind is bool else flag(name)
+            option = typer.Option(names, help=help_text, metavar=metavars.get(name))
             annotation = Annotated[kind, option]  # type: ignore[valid-type]
             hints[name] = annotation
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,

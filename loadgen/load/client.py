@@ -244,7 +244,7 @@ class StreamingClient:
         it (a session's turns), given back to the pool by ``release``."""
         total = self._total_s if self._total_s is not None else default_total_s(req.max_tokens)
         st = StreamState(self._first_token_s, total, req.max_tokens)
-        st.answer = answer
+        st.answer = answer if answer is not None or req.structured is None else []  # kept to be checked
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
         ex = Exchange(st, done)

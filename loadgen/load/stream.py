@@ -14,6 +14,7 @@ from loadgen.load.sse import DONE, EventTooLarge, InvalidUsage, MalformedChunk, 
 from loadgen.results.records import FailureClass, RequestRecord, TokenSource
 from loadgen.scenario.schema import token_limit
 from loadgen.workload.payload import PreparedRequest
+from loadgen.workload.structured import valid_json
 
 Outcome = tuple[FailureClass | None, str | None]
 
@@ -206,6 +207,9 @@ class StreamState:
             cached_tokens=self.cached_tokens,
             turn=req.turn,
             retries=self.retries,
+            # a structured answer checked once it is whole (a failed request is not judged)
+            valid_json=(valid_json("".join(self.answer or ()), req.structured)
+                        if req.structured is not None and error is None else None),
         )
 
 

@@ -109,6 +109,7 @@ def _throughput_line(m: CellMetrics) -> str:
         f"output tok/s {_num(m.output_throughput, 1)}",
         f"total tok/s {_num(m.total_token_throughput, 1)}",
         f"in flight: peak {m.peak_in_flight}, mean {_num(m.mean_in_flight, 1)}",
+        *([] if m.valid_json is None else [f"valid JSON {m.valid_json:.1%}"]),
         f"tokens from {m.token_count_source}",
     ]
     if m.slo is not None:

@@ -158,6 +158,8 @@ def summarize(
         metrics = replace(metrics, connection_retries=retries)
     peak, mean = in_flight(measured)
     metrics = replace(metrics, peak_in_flight=peak, mean_in_flight=mean)
+    if checked := [r.valid_json for r in ok if r.valid_json is not None]:
+        metrics = replace(metrics, valid_json=sum(checked) / len(checked))
     thinking = [r for r in ok if r.reasoning_tokens > 0]
     if thinking:
         metrics = replace(metrics, reasoning=Reasoning(

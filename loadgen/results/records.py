@@ -78,6 +78,8 @@ class RequestRecord:
     turn: int | None = None
     # staged load: the stage the request was sent in (0-based)
     stage: int | None = None
+    # structured output (workload.response_format): the answer parsed as JSON and met its schema
+    valid_json: bool | None = None
     # times it was sent again on a new connection, the kept-alive one having been closed by the
     # server before any byte of the answer (its times are the first attempt's)
     retries: int = 0

@@ -199,6 +199,7 @@ class CellMetrics:
     # the first request sent to the last one ended (a label says what was set, these what ran)
     peak_in_flight: int = 0
     mean_in_flight: float | None = None
+    valid_json: float | None = None  # structured output: the share of answers that parsed and met the schema
     # over time: the cell in windows of report.window_s, and its steady window's figures
     windows: tuple[Window, ...] = ()
     steady_state: SteadyState | None = None
@@ -211,7 +212,7 @@ class CellMetrics:
                 continue  # without SLOs these keys are absent, as they always were
             if f.name in ("reasoning", "turns", "stages", "steady_state") and value is None:
                 continue
-            if f.name == "windows" and not value:
+            if (f.name == "windows" and not value) or (f.name == "valid_json" and value is None):
                 continue
             if isinstance(value, Distribution):
                 value = value.to_dict()

@@ -27,6 +27,7 @@ from loadgen.scenario.shapes import (
     Lengths,
     MultiTurn,
     RampUp,
+    ResponseFormat,
     Search,
     SharedPrefix,
     Stage,
@@ -239,6 +240,8 @@ class Workload(_Model):
     output_dist: Lengths = Lengths()
     dataset: Dataset | None = None
     shared_prefix: SharedPrefix | None = None
+    # structured output: JSON answers, checked per request (the length is then the model's own)
+    response_format: ResponseFormat | None = None
     multi_turn: MultiTurn | None = None
     trace: Trace | None = None
     # a tokenizer (tokenizer.json, a model directory or a hub id) that counts dataset lengths;

@@ -54,6 +54,9 @@ class SimOptions(StrictModel):
     reasoning_tokens: int = Field(
         0, ge=0, description="stream the first N tokens of a chat answer as delta.reasoning_content"
     )
+    structured_output: bool = Field(
+        True, description="answer JSON to a request's response_format (false: plain text, as a server without it)"
+    )
     reject_params: tuple[str, ...] = Field(
         (), description="answer 400 to requests carrying FIELD (repeatable), e.g. --reject-param ignore_eos"
     )
@@ -111,6 +114,8 @@ class SimOptions(StrictModel):
                 out += [x for kind, rate in value.items() for x in (name_, f"{kind}={rate:g}")]
             elif isinstance(value, tuple):
                 out += [x for item in value for x in (name_, str(item))]
+            elif isinstance(value, bool):  # a switch: on, or its "off" form
+                out.append(name_ if value else f"--no-{name_[2:]}")
             else:
                 out += [name_, f"{value:g}" if isinstance(value, float) else str(value)]
         return out

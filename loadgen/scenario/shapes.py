@@ -246,3 +246,24 @@ class Search(_Model):
             raise ValueError(f"a concurrency search needs whole numbers for min and max (got {self.min:g}, "
                              f"{self.max:g})")
         return self
+
+
+class ResponseFormat(_Model):
+    """Structured output: JSON answers (``json_object``), or answers to a JSON Schema
+    (``json_schema``, the schema given inline); each answer is checked (``metrics.valid_json``)."""
+
+    model_config = ConfigDict(populate_by_name=True)  # written back as "schema" or "json_schema" alike
+
+    type: Literal["json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = Field(None, alias="schema")
+    name: str = Field("answer", min_length=1, max_length=64)
+    strict: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs schema: the JSON Schema of the answer")
+        if self.type == "json_object" and self.json_schema is not None:
+            raise ValueError("a schema is for type json_schema; json_object takes none")
+        return self
+

@@ -35,7 +35,7 @@ import random
 import socket
 import struct
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +50,8 @@ from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respon
 from loadgen.servers.openai.protocol import StreamOptions, object_name, request_body, usage, whole_answer
 from loadgen.servers.openai.responses import EventWriter, chat_body, whole_response
 from loadgen.servers.openai.rules import Ask, RequestRefused, ask_of, error_body, request_id, stop_at
+from loadgen.servers.openai.structured import answer_tokens
+from loadgen.servers.simprompt import PrefixCache, tokenize_prompt
 from loadgen.workload.words import WORDS
 
 # at or below this many running requests, the last SPIN_S before a deadline is spent yielding
@@ -74,63 +76,6 @@ class SimStats:
     chunk_lateness_max_s: float = 0.0
     chunk_lateness_min_s: float = 0.0
     faults: dict[str, int] = field(default_factory=dict)
-
-
-def tokenize_prompt(body: RequestBody, chat: bool) -> list[str | int]:
-    """The simulator's tokenizer: ids are one token each, words one each, and a chat message
-    adds its template's tokens (the same in every request, as a real template's are)."""
-    if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ValueError("'messages' must be a non-empty list")
-        tokens: list[str | int] = []
-        for m in messages:
-            content = m.get("content") if isinstance(m, dict) else None
-            if not isinstance(content, str):
-                raise ValueError("each message needs a string 'content'")
-            role = str(m.get("role", "user"))
-            tokens += ["<|im_start|>", role, "\n", *content.split(), "<|im_end|>", "\n"]
-        return [*tokens, "<|im_start|>", "assistant", "\n"]
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt) and prompt:
-        return list(prompt)
-    if isinstance(prompt, str):
-        return list(prompt.split())
-    raise ValueError("'prompt' must be a string or a non-empty list of token ids")
-
-
-class PrefixCache:
-    """A prefix cache as vLLM keeps one: prompts in blocks of ``BLOCK`` tokens, each block known
-    by the hash of its tokens and of every block before it; a request's full blocks already
-    cached are hits. Counted in tokens, as vLLM's ``prefix_cache_queries`` / ``_hits``."""
-
-    BLOCK = 16
-    CAPACITY = 1 << 16  # blocks kept, least recently used dropped first
-
-    def __init__(self) -> None:
-        self.blocks: OrderedDict[int, None] = OrderedDict()
-        self.queries = 0
-        self.hits = 0
-
-    def lookup(self, tokens: list[str | int]) -> int:
-        """Record a prompt: returns how many of its tokens were cached, and caches its blocks."""
-        self.queries += len(tokens)
-        h, hit, missed = 0, 0, False
-        for start in range(0, len(tokens) - self.BLOCK + 1, self.BLOCK):
-            h = hash((h, tuple(tokens[start:start + self.BLOCK])))
-            if not missed and h in self.blocks:
-                hit += self.BLOCK
-                self.blocks.move_to_end(h)
-                continue
-            missed = True
-            self.blocks[h] = None
-            if len(self.blocks) > self.CAPACITY:
-                self.blocks.popitem(last=False)
-        self.hits += hit
-        return hit
-
-    def reset(self) -> None:
-        self.blocks.clear()
 
 
 class SimApp(OpenAIApp):
@@ -314,14 +259,14 @@ class SimApp(OpenAIApp):
             )
             try:
                 if responses:
-                    if await self._respond(send, timing, prompt_tokens, ask.max_tokens, cached, bool(body["stream"])):
+                    if await self._respond(send, body, timing, prompt_tokens, ask.max_tokens, cached):
                         self.stats.requests_completed += 1
                 elif body.get("stream"):
                     if await self._stream(send, body, timing, chat, prompt_tokens, ask, fault, cached):
                         self.stats.requests_completed += 1
                 else:
                     prompt = body.get("prompt")
-                    await self._whole(send, timing, chat, prompt_tokens, ask, cached,
+                    await self._whole(send, body, timing, chat, prompt_tokens, ask, cached,
                                       prompt if isinstance(prompt, str) else "")
                     self.stats.requests_completed += 1
             finally:
@@ -332,14 +277,22 @@ class SimApp(OpenAIApp):
             else:
                 self._release()
 
-    async def _respond(self, send: Any, timing: _Timing, prompt: int, tokens: int, cached: int, stream: bool) -> bool:
+    def _structured(self, body: RequestBody, count: int) -> list[str] | None:
+        """The answer's tokens when the request asks for JSON (and the simulator gives it)."""
+        return answer_tokens(body, count) if self.config.structured_output else None
+
+    async def _respond(self, send: Any, body: RequestBody, timing: _Timing, prompt: int, tokens: int,
+                       cached: int) -> bool:
         """A Responses API answer of ``tokens`` tokens (its first ``reasoning_tokens`` thinking),
         whole or as its events, each chunk at the same time the chat stream sends it."""
         thinking, step = min(self.config.reasoning_tokens, tokens), self.config.tokens_per_chunk
-        if not stream:
+        words = [" " + WORDS[i % len(WORDS)] for i in range(thinking)]
+        words += self._structured(body, tokens - thinking) or [" " + WORDS[i % len(WORDS)]
+                                                                for i in range(thinking, tokens)]
+        if not body.get("stream"):
             await self._sleep_until(timing.start + (tokens - 1) * timing.itl)
             self.stats.generation_tokens_total += tokens
-            text = "".join(" " + WORDS[i % len(WORDS)] for i in range(thinking, tokens))
+            text = "".join(words[thinking:])
             await respond(send, 200, whole_response(self.config.model, text, prompt, tokens, thinking, cached))
             return True
         writer = EventWriter(send, self.config.model)
@@ -351,14 +304,14 @@ class SimApp(OpenAIApp):
             if _hung_up(send):
                 self.stats.requests_aborted += 1
                 return False
-            await writer.delta("".join(" " + WORDS[i % len(WORDS)] for i in range(start, end)), end <= thinking)
+            await writer.delta("".join(words[start:end]), end <= thinking)
             self.stats.generation_tokens_total += end - start
         await writer.closing(prompt, tokens, thinking, cached)
         return True
 
-    async def _whole(self, send: Any, timing: _Timing, chat: bool, prompt_tokens: int, ask: Ask, cached: int,
-                     prompt: str) -> None:
-        words = [" " + WORDS[i % len(WORDS)] for i in range(ask.max_tokens)]
+    async def _whole(self, send: Any, body: RequestBody, timing: _Timing, chat: bool, prompt_tokens: int, ask: Ask,
+                     cached: int, prompt: str) -> None:
+        words = self._structured(body, ask.max_tokens) or [" " + WORDS[i % len(WORDS)] for i in range(ask.max_tokens)]
         stopped = stop_at(words, ask.stop)
         count, text = stopped if stopped is not None else (ask.max_tokens, "".join(words))
         await self._sleep_until(timing.start + (count - 1) * timing.itl)
@@ -389,6 +342,7 @@ class SimApp(OpenAIApp):
         max_tokens, choices = ask.max_tokens, range(ask.n)
         words = [" " + WORDS[i % len(WORDS)] for i in range(max_tokens)] if ask.stop else []
         stopped = stop_at(words, ask.stop)
+        structured = self._structured(body, max_tokens)  # JSON text, escaped into each chunk
         if stopped is not None:  # the stream ends with the token that completed a stop string, which is not sent
             max_tokens = stopped[0]
         half = max(1, max_tokens // 2)  # where mid-stream faults strike: after this many tokens
@@ -429,6 +383,8 @@ class SimApp(OpenAIApp):
                 return False
             if stopped is not None and end == max_tokens:
                 text = stopped[1][len("".join(words[:start])):]  # the text before the stop string
+            elif structured is not None:
+                text = orjson.dumps("".join(structured[start:end])).decode()[1:-1]
             else:
                 text = "".join(" " + WORDS[i % len(WORDS)] for i in range(start, end))
             finish = b"null" if end < max_tokens else b'"stop"' if stopped is not None else b'"length"'

@@ -16,6 +16,7 @@ import orjson
 from loadgen.data import RequestBody
 from loadgen.errors import UsageError
 from loadgen.scenario.schema import ENV_REF, Sampling, Target, header_problem
+from loadgen.scenario.shapes import ResponseFormat
 
 Api = Literal["completions", "chat", "responses"]
 ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions", "responses": "/responses"}
@@ -31,6 +32,8 @@ class PreparedRequest:
     max_tokens: int
     warmup: bool = False
     turn: int | None = None  # the turn of a multi-turn session
+    # structured output: the answer's JSON Schema as JSON text ("" for any JSON object), checked
+    structured: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +98,13 @@ def build_payload(
     min_tokens: bool = True,
     continuous_usage_stats: bool = True,
     target: Target | None = None,
+    response_format: ResponseFormat | None = None,
 ) -> RequestBody:
     """The JSON body of one streaming request with its output length forced; the target's
     ``extra_body`` is merged last (it may set any field, the sampling ones included)."""
     body: RequestBody = {"model": model}
+    if response_format is not None:
+        body.update(format_fields(api, response_format))
     if api == "responses":
         return _responses_body(body, prompt, max_tokens, sampling, ignore_eos, min_tokens, target)
     if api == "chat":
@@ -133,6 +139,28 @@ def build_payload(
     if target is not None and target.extra_body:
         body.update(target.extra_body)
     return body
+
+
+def format_fields(api: Api, fmt: ResponseFormat) -> RequestBody:
+    """Structured output as each API asks for it: ``response_format`` (chat and completions, as
+    OpenAI and vLLM take it), or the Responses API's ``text.format``."""
+    if fmt.type == "json_object":
+        spec: RequestBody = {"type": "json_object"}
+    else:
+        spec = {"type": "json_schema", "name": fmt.name, "schema": fmt.json_schema, "strict": fmt.strict}
+    if api == "responses":
+        return {"text": {"format": spec}}
+    if fmt.type == "json_schema":  # chat and completions nest the schema under json_schema
+        spec = {"type": "json_schema", "json_schema": {k: v for k, v in spec.items() if k != "type"}}
+    return {"response_format": spec}
+
+
+def structured_of(fmt: ResponseFormat | None) -> str | None:
+    """What a request's answer is checked against: its schema as JSON text, "" for any JSON
+    object, None when no structure was asked for."""
+    if fmt is None:
+        return None
+    return "" if fmt.json_schema is None else orjson.dumps(fmt.json_schema).decode()
 
 
 def _responses_body(

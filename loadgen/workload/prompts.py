@@ -32,7 +32,7 @@ from loadgen.scenario.shapes import Dataset
 from loadgen.workload import datasets
 from loadgen.workload.datasets import Sample
 from loadgen.workload.lengths import draw
-from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
+from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload, structured_of
 from loadgen.workload.trace import TraceRow, read_trace
 from loadgen.workload.words import WORDS
 
@@ -207,13 +207,16 @@ class RequestMaker:
 
     def request(self, i: int) -> PreparedRequest:
         prompt, out = self.prompt(i)
+        fmt = self.prompts.workload.response_format
         body = build_payload(
             self.target.api, self.model, prompt, out, sampling=self.sampling,
-            ignore_eos=self.ignore_eos, min_tokens=self.min_tokens,
-            continuous_usage_stats=self.target.continuous_usage_stats, target=self.target,
+            # a structured answer ends where its structure does: its length is not forced
+            ignore_eos=self.ignore_eos and fmt is None, min_tokens=self.min_tokens and fmt is None,
+            continuous_usage_stats=self.target.continuous_usage_stats, target=self.target, response_format=fmt,
         )
         return PreparedRequest(
             self.cell, encode_payload(body), prompt.input_tokens, out, warmup=self.stream == Stream.WARMUP,
+            structured=structured_of(fmt),
         )
 
 

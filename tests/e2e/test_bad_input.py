@@ -51,6 +51,12 @@ def one_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -
      "load -> a search measures again with search.confirm: drop load.repeats"),
     ("report: {window_s: 5, windows: 3}\n", "report -> give window_s or windows, not both"),
     ("report: {noisy_cv: -1}\n", "report.noisy_cv -> Input should be greater than 0 (got -1)"),
+    # structured output and the APIs
+    ("workload: {response_format: {type: json_schema}}\n",
+     "workload.response_format -> type json_schema needs schema: the JSON Schema of the answer"),
+    ("workload: {response_format: {type: xml}}\n",
+     "workload.response_format.type -> Input should be 'json_object' or 'json_schema' (got 'xml')"),
+    ("target: {api: embeddings}\n", "target.api -> Input should be 'completions', 'chat' or 'responses'"),
 ])
 def test_bad_scenario_files(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "s.yaml"

@@ -151,3 +151,26 @@ def test_the_responses_api_streamed_and_whole(server: tuple[openai.OpenAI, str])
     assert final.usage is not None
     assert final.usage.output_tokens == 4
     assert final.output_text
+
+
+def test_structured_output_through_the_sdk(start_sim: StartSim) -> None:
+    """The simulator's JSON answers, as OpenAI's SDK parses them (chat's json_schema format)."""
+    import json
+
+    client = openai.OpenAI(base_url=start_sim(ttft_ms=1, itl_ms=1), api_key="none", max_retries=0)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+              "required": ["city", "population"]}
+    chat = client.chat.completions.create(
+        model="loadgen-sim", messages=[{"role": "user", "content": "a city"}], max_tokens=6,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+    )
+    answer = json.loads(chat.choices[0].message.content or "")
+    assert set(answer) == {"city", "population"}
+    assert isinstance(answer["population"], int)
+    assert chat.usage is not None
+    assert chat.usage.completion_tokens == 6
+    streamed = "".join(
+        chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+            model="loadgen-sim", messages=[{"role": "user", "content": "a city"}], max_tokens=6, stream=True,
+            response_format={"type": "json_object"}) if chunk.choices)
+    assert isinstance(json.loads(streamed), dict)

@@ -41,6 +41,9 @@ def chat_body(body: RequestBody) -> RequestBody:
     out: RequestBody = {"model": body.get("model"), "messages": messages, "stream": bool(body.get("stream"))}
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
+    text = body.get("text")
+    if isinstance(text, dict) and isinstance(text.get("format"), dict):  # structured output, as chat asks for it
+        out["response_format"] = text["format"]
     return out
 
 
