@@ -131,6 +131,8 @@ class Chunk:
     cached_tokens: int | None = None
     # the stream's last event (the Responses API's response.completed: it sends no [DONE])
     final: bool = False
+    # the text is a tool call's (delta.tool_calls: the function's name and its arguments)
+    tool_call: bool = False
 
 
 class MalformedChunk(ValueError):
@@ -208,7 +210,7 @@ def parse_chunk(data: bytes) -> Chunk:
         message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
         return Chunk("", False, None, None, None, str(message)[:300])
     text = ""
-    reasoning = False
+    reasoning = tool = False
     finish = None
     choices = obj.get("choices")
     if choices is not None and not isinstance(choices, list):
@@ -224,6 +226,8 @@ def parse_chunk(data: bytes) -> Chunk:
                 thought = delta.get("reasoning_content") or delta.get("reasoning")
                 if isinstance(thought, str) and thought:
                     text, reasoning = thought, True
+            if not text and (calls := delta.get("tool_calls")):
+                text, tool = _tool_text(calls, data), True
         elif delta is not None:
             raise MalformedChunk(f"delta is not an object: {data[:80]!r}")
         else:
@@ -235,4 +239,17 @@ def parse_chunk(data: bytes) -> Chunk:
         raise MalformedChunk(f"neither choices nor usage: {data[:80]!r}")
     completion, prompt, cached = _usage(obj.get("usage"), "completion_tokens", "prompt_tokens",
                                         "prompt_tokens_details")
-    return Chunk(text, bool(choices), completion, prompt, finish, None, reasoning, cached)
+    return Chunk(text, bool(choices), completion, prompt, finish, None, reasoning, cached, tool_call=tool)
+
+
+def _tool_text(calls: object, data: bytes) -> str:
+    """A tool-call delta's text: each call's function name (on its first delta) and arguments."""
+    if not isinstance(calls, list):
+        raise MalformedChunk(f"delta.tool_calls is not a list: {data[:80]!r}")
+    parts = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts += [_text(function.get("name"), "function.name", data),
+                      _text(function.get("arguments"), "function.arguments", data)]
+    return "".join(parts)

@@ -26,7 +26,7 @@ class StreamState:
         "sent_ns", "chunk_ns", "chunk_tokens", "cum_tokens", "usage_completion",
         "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
         "first_limit_ns", "total_limit_ns", "first_answer_ns", "reasoning_tokens", "cached_tokens", "answer",
-        "token_limit", "retries", "final",
+        "token_limit", "retries", "final", "first_tool_call_ns", "tool_call_tokens",
     )
 
     def __init__(
@@ -60,6 +60,8 @@ class StreamState:
         self.token_limit = token_limit(max_tokens)
         self.retries = 0  # sent again on a new connection: the kept-alive one was closed unanswered
         self.final = False  # the Responses API's last event came (its streams end without [DONE])
+        self.first_tool_call_ns: int | None = None  # a tool call's first token
+        self.tool_call_tokens = 0
 
     def feed(self, raw: bytes, t: int) -> bool:
         """Bytes read from the body at ``t``; True once the stream is decided (more bytes
@@ -156,7 +158,11 @@ class StreamState:
                 self.reasoning_tokens += n
             elif self.first_answer_ns is None:
                 self.first_answer_ns = t
-        if self.answer is not None and chunk.text and not chunk.reasoning:
+            if chunk.tool_call:
+                self.tool_call_tokens += n
+                if self.first_tool_call_ns is None:
+                    self.first_tool_call_ns = t
+        if self.answer is not None and chunk.text and not chunk.reasoning and not chunk.tool_call:
             self.answer.append(chunk.text)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
@@ -207,6 +213,8 @@ class StreamState:
             cached_tokens=self.cached_tokens,
             turn=req.turn,
             retries=self.retries,
+            first_tool_call_at=None if self.first_tool_call_ns is None else (self.first_tool_call_ns - base_ns) / 1e9,
+            tool_call_tokens=self.tool_call_tokens,
             # a structured answer checked once it is whole (a failed request is not judged)
             valid_json=(valid_json("".join(self.answer or ()), req.structured)
                         if req.structured is not None and error is None else None),

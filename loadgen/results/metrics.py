@@ -15,6 +15,7 @@ import numpy as np
 
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import Breakdown, CellMetrics, ChunkDiscrepancy, Distribution, Reasoning
+from loadgen.results.toolcalls import ToolCalls
 from loadgen.scenario.schema import Slo
 
 PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
@@ -158,6 +159,10 @@ def summarize(
         metrics = replace(metrics, connection_retries=retries)
     peak, mean = in_flight(measured)
     metrics = replace(metrics, peak_in_flight=peak, mean_in_flight=mean)
+    if calls := [r for r in ok if r.first_tool_call_at is not None and r.sent_at is not None]:
+        waits = distribution(r.first_tool_call_at - r.sent_at for r in calls)  # type: ignore[operator]
+        metrics = replace(metrics, tool_calls=ToolCalls(len(calls), sum(r.tool_call_tokens for r in calls), {
+            k: waits.get(k) for k in ("mean", "p50", "p90", "p99")}))
     if checked := [r.valid_json for r in ok if r.valid_json is not None]:
         metrics = replace(metrics, valid_json=sum(checked) / len(checked))
     thinking = [r for r in ok if r.reasoning_tokens > 0]

@@ -80,6 +80,9 @@ class RequestRecord:
     stage: int | None = None
     # structured output (workload.response_format): the answer parsed as JSON and met its schema
     valid_json: bool | None = None
+    # tool calls (workload.tools): when the first token of a tool call came, and the tokens they took
+    first_tool_call_at: float | None = None
+    tool_call_tokens: int = 0
     # times it was sent again on a new connection, the kept-alive one having been closed by the
     # server before any byte of the answer (its times are the first attempt's)
     retries: int = 0

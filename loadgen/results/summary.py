@@ -19,6 +19,7 @@ from loadgen.results.enginecores import EngineCores
 from loadgen.results.probe import CapacityAnswer, ProbeResult
 from loadgen.results.repeats import RepeatGroup
 from loadgen.results.samples import Energy, GpuMemory, ServerMetrics
+from loadgen.results.toolcalls import ToolCalls
 from loadgen.scenario.schema import DEFAULT_TOTAL_S, PER_TOKEN_S, Timeouts, default_total_s, token_limit
 
 SCHEMA_VERSION = 2
@@ -200,6 +201,7 @@ class CellMetrics:
     peak_in_flight: int = 0
     mean_in_flight: float | None = None
     valid_json: float | None = None  # structured output: the share of answers that parsed and met the schema
+    tool_calls: ToolCalls | None = None  # workload.tools: the answers that called a tool
     # over time: the cell in windows of report.window_s, and its steady window's figures
     windows: tuple[Window, ...] = ()
     steady_state: SteadyState | None = None
@@ -210,7 +212,7 @@ class CellMetrics:
             value = getattr(self, f.name)
             if f.name in ("slo", "slo_attained", "goodput") and self.slo is None:
                 continue  # without SLOs these keys are absent, as they always were
-            if f.name in ("reasoning", "turns", "stages", "steady_state") and value is None:
+            if f.name in ("reasoning", "turns", "stages", "steady_state", "tool_calls") and value is None:
                 continue
             if (f.name == "windows" and not value) or (f.name == "valid_json" and value is None):
                 continue
@@ -218,11 +220,9 @@ class CellMetrics:
                 value = value.to_dict()
             elif isinstance(value, ChunkDiscrepancy):
                 value = {"requests": value.requests, "tokens": value.tokens}
-            elif isinstance(value, Reasoning):
-                value = value.to_dict()
             elif f.name in ("turns", "stages", "windows"):
                 value = [b.to_dict() for b in value]
-            elif isinstance(value, SteadyState):
+            elif isinstance(value, (Reasoning, SteadyState, ToolCalls)):
                 value = value.to_dict()
             out[f.name] = value
         return out
@@ -239,6 +239,7 @@ class CellMetrics:
         values["peak_in_flight"] = int(data.get("peak_in_flight") or 0)
         values["windows"] = tuple(Window(**w) for w in data.get("windows") or ())
         values["steady_state"] = SteadyState.from_dict(data.get("steady_state"))
+        values["tool_calls"] = ToolCalls.from_dict(data.get("tool_calls"))
         for by, name in (("turn", "turns"), ("stage", "stages")):
             if (groups := data.get(name)) is not None:
                 values[name] = tuple(Breakdown.from_dict(by, g) for g in groups)

@@ -11,6 +11,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 from pydantic import ValidationError
 
@@ -19,6 +20,7 @@ from loadgen.errors import ScenarioError
 from loadgen.scenario.matrix import expand_cells
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
 from loadgen.scenario.schema import AXES, SERVE_LIST_KEYS, PromptFile, Scenario, Workload
+from loadgen.scenario.shapes import Tools
 from loadgen.scenario.yamlread import ScenarioYAMLError, read_yaml
 
 
@@ -112,6 +114,10 @@ def resolve_files(w: Workload, path: Path) -> Workload:
         else:
             update["dataset"] = w.dataset.model_copy(update={
                 "path": _beside(w.dataset.path, path, "workload.dataset.path", f"the {w.dataset.kind} file")})
+    if w.tools is not None and w.tools.file is not None:
+        update["tools"] = w.tools.model_copy(update={
+            "file": _beside(w.tools.file, path, "workload.tools.file", "a JSON array of tool definitions")})
+        tool_definitions(update["tools"])  # type: ignore[arg-type]  # checked before anything starts
     if w.trace is not None:
         update["trace"] = w.trace.model_copy(update={
             "file": _beside(w.trace.file, path, "workload.trace.file", "a JSONL trace")})
@@ -121,3 +127,29 @@ def resolve_files(w: Workload, path: Path) -> Workload:
             update[key] = dist.model_copy(update={
                 "file": _beside(dist.file, path, f"workload.{key}.file", "a CSV of length,weight rows")})
     return w.model_copy(update=update) if update else w
+
+
+def tool_definitions(tools: Tools) -> tuple[dict[str, Any], ...]:
+    """The tools array: the file's (a JSON array) or the inline one, each entry checked to be a
+    function with a name; ``ScenarioError`` naming the file and the entry otherwise."""
+    where = f"{tools.file}" if tools.file is not None else "workload.tools.definitions"
+    if tools.file is not None:
+        try:
+            found = orjson.loads(tools.file.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise ScenarioError(f"{where}: not a JSON array of tool definitions ({exc})") from None
+    else:
+        found = list(tools.definitions)
+    if not isinstance(found, list) or not found:
+        raise ScenarioError(f"{where}: give a non-empty JSON array of tool definitions")
+    for i, tool in enumerate(found):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict) \
+                or not isinstance(function.get("name"), str):
+            raise ScenarioError(f"{where}: entry {i + 1} is not {{type: function, function: {{name: ..., "
+                                "parameters: ...}}}}")
+    names = {t["function"]["name"] for t in found}
+    if tools.choice not in ("auto", "required", "none") and tools.choice not in names:
+        raise ScenarioError(f"workload.tools.choice {tools.choice!r}: auto, required, none or one of the "
+                            f"functions ({', '.join(sorted(names))})")
+    return tuple(found)

@@ -27,11 +27,13 @@ from loadgen.scenario.shapes import (
     Lengths,
     MultiTurn,
     RampUp,
+    Report,
     ResponseFormat,
     Search,
     SharedPrefix,
     Stage,
     StrictModel,
+    Tools,
     Trace,
 )
 
@@ -242,6 +244,8 @@ class Workload(_Model):
     shared_prefix: SharedPrefix | None = None
     # structured output: JSON answers, checked per request (the length is then the model's own)
     response_format: ResponseFormat | None = None
+    # tool definitions sent with chat requests (the length is then the model's own)
+    tools: Tools | None = None
     multi_turn: MultiTurn | None = None
     trace: Trace | None = None
     # a tokenizer (tokenizer.json, a model directory or a hub id) that counts dataset lengths;
@@ -424,22 +428,6 @@ SWEEP_SECTIONS = ("serve", "workload", "load", "target", "note", "sampling")
 SERVE_LIST_KEYS = ("model", "backend", "quant", "setting", "tp", "attn", "device", "kv_cache_dtype")
 
 
-class Report(_Model):
-    """How a run's figures over time are cut: windows of ``window_s`` seconds, or ``windows``
-    equal windows over each cell (one of the two; default 10 s)."""
-
-    window_s: float | None = Field(None, gt=0, le=86400)
-    windows: int | None = Field(None, ge=1, le=10000)
-    # repeats whose figure varies more than this (coefficient of variation) are flagged as noisy
-    noisy_cv: float = Field(0.05, gt=0, le=10)
-
-    @model_validator(mode="after")
-    def _one(self) -> Report:
-        if self.window_s is not None and self.windows is not None:
-            raise ValueError("give window_s or windows, not both")
-        return self
-
-
 class Scenario(_Model):
     name: str = "run"
     # single-stream: batch 1, num_prompts repeats (default 3) of output_tokens (default 2048);
@@ -471,6 +459,8 @@ class Scenario(_Model):
     @model_validator(mode="after")
     def _kind_defaults(self) -> Scenario:
         w, ld = self.workload, self.load
+        if w.tools is not None and self.target.api != "chat":
+            raise ValueError("workload.tools are sent with chat requests: set target.api: chat")
         if w.multi_turn is not None and self.target.api == "completions":
             raise ValueError("workload.multi_turn sends conversations: set target.api: chat (or responses)")
         if self.kind == "single-stream":

@@ -267,3 +267,35 @@ class ResponseFormat(_Model):
             raise ValueError("a schema is for type json_schema; json_object takes none")
         return self
 
+
+class Report(_Model):
+    """How a run's figures over time are cut: windows of ``window_s`` seconds, or ``windows``
+    equal windows over each cell (one of the two; default 10 s)."""
+
+    window_s: float | None = Field(None, gt=0, le=86400)
+    windows: int | None = Field(None, ge=1, le=10000)
+    # repeats whose figure varies more than this (coefficient of variation) are flagged as noisy
+    noisy_cv: float = Field(0.05, gt=0, le=10)
+
+    @model_validator(mode="after")
+    def _one(self) -> Report:
+        if self.window_s is not None and self.windows is not None:
+            raise ValueError("give window_s or windows, not both")
+        return self
+
+
+class Tools(_Model):
+    """Tool definitions (OpenAI's ``tools`` array: ``{type: function, function: {name,
+    description, parameters}}``) sent with every chat request, from a JSON file or inline, and
+    ``tool_choice``: auto, required, none, or the name of a function to call."""
+
+    file: Path | None = None
+    definitions: tuple[dict[str, Any], ...] = ()
+    choice: str = Field("auto", min_length=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> Tools:
+        if (self.file is None) == (not self.definitions):
+            raise ValueError("give file (a JSON array of tool definitions) or definitions, one of the two")
+        return self
+

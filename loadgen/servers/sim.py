@@ -50,7 +50,7 @@ from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respon
 from loadgen.servers.openai.protocol import StreamOptions, object_name, request_body, usage, whole_answer
 from loadgen.servers.openai.responses import EventWriter, chat_body, whole_response
 from loadgen.servers.openai.rules import Ask, RequestRefused, ask_of, error_body, request_id, stop_at
-from loadgen.servers.openai.structured import answer_tokens
+from loadgen.servers.openai.structured import answer_tokens, call_tokens, tool_call
 from loadgen.servers.simprompt import PrefixCache, tokenize_prompt
 from loadgen.workload.words import WORDS
 
@@ -316,11 +316,16 @@ class SimApp(OpenAIApp):
         count, text = stopped if stopped is not None else (ask.max_tokens, "".join(words))
         await self._sleep_until(timing.start + (count - 1) * timing.itl)
         self.stats.generation_tokens_total += count * ask.n
+        wanted = tool_call(body) if chat else None
+        call = None
+        if wanted is not None:  # (name, its arguments as JSON text)
+            called = call_tokens(wanted[0], wanted[1], ask.max_tokens)
+            call = (wanted[0], "".join(called[1:]) or called[0][len(wanted[0]):])
         await respond(send, 200, whole_answer(
             chat=chat, id_=request_id(chat), created=self._created, model=self.config.model,
             text=(prompt + text) if ask.echo else text, words=words[:count], ask=ask,
             finish="stop" if stopped is not None else "length", prompt_tokens=prompt_tokens,
-            completion_tokens=count, cached=cached,
+            completion_tokens=count, cached=cached, tool_call=call,
         ))
 
     async def _stream(
@@ -343,6 +348,8 @@ class SimApp(OpenAIApp):
         words = [" " + WORDS[i % len(WORDS)] for i in range(max_tokens)] if ask.stop else []
         stopped = stop_at(words, ask.stop)
         structured = self._structured(body, max_tokens)  # JSON text, escaped into each chunk
+        call = tool_call(body) if chat else None  # a chat request with tools: the answer calls one
+        called = call_tokens(call[0], call[1], max_tokens) if call is not None else []
         if stopped is not None:  # the stream ends with the token that completed a stop string, which is not sent
             max_tokens = stopped[0]
         half = max(1, max_tokens // 2)  # where mid-stream faults strike: after this many tokens
@@ -392,8 +399,17 @@ class SimApp(OpenAIApp):
             if continuous:
                 tail = b'],"usage":' + orjson.dumps(usage(prompt_tokens, end * ask.n)) + b"}"
             late = time.perf_counter() - deadline
+            if call is not None:  # the function's name on the first delta, its arguments after
+                args = "".join(called[max(start, 1):end]) if start or end > 1 else called[0][len(call[0]):]
+                first = (b'"id":"call_' + request_id(False)[5:].encode() + b'","type":"function",'
+                         if start == 0 else b"")
+                name = b'"name":' + orjson.dumps(call[0]) + b"," if start == 0 else b""
+                finish = b'"tool_calls"' if end == max_tokens else b"null"
             for c in choices:
-                if chat:
+                if call is not None:
+                    choice = (b'{"index":%d,"delta":{"tool_calls":[{"index":0,' % c + first + b'"function":{' + name
+                              + b'"arguments":' + orjson.dumps(args) + b'}}]},"finish_reason":')
+                elif chat:
                     field = b"reasoning_content" if end <= thinking else b"content"
                     choice = b'{"index":%d,"delta":{"' % c + field + b'":"' + text.encode() + b'"},"finish_reason":'
                 else:

@@ -99,12 +99,18 @@ def build_payload(
     continuous_usage_stats: bool = True,
     target: Target | None = None,
     response_format: ResponseFormat | None = None,
+    tools: tuple[dict[str, object], ...] = (),
+    tool_choice: str | dict[str, object] | None = None,
 ) -> RequestBody:
     """The JSON body of one streaming request with its output length forced; the target's
     ``extra_body`` is merged last (it may set any field, the sampling ones included)."""
     body: RequestBody = {"model": model}
     if response_format is not None:
         body.update(format_fields(api, response_format))
+    if tools:  # chat's tools and tool_choice, as OpenAI and vLLM take them
+        body["tools"] = list(tools)
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
     if api == "responses":
         return _responses_body(body, prompt, max_tokens, sampling, ignore_eos, min_tokens, target)
     if api == "chat":

@@ -23,16 +23,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
+from loadgen.data import RequestBody
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import PromptFile, Sampling, Scenario, Target, Workload
 from loadgen.scenario.shapes import Dataset
 from loadgen.workload import datasets
 from loadgen.workload.datasets import Sample
 from loadgen.workload.lengths import draw
-from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload, structured_of
+from loadgen.workload.payload import Api, PreparedRequest, Prompt, build_payload, encode_payload, structured_of
+from loadgen.workload.tools import tool_choice, tool_definitions
 from loadgen.workload.trace import TraceRow, read_trace
 from loadgen.workload.words import WORDS
 
@@ -181,6 +184,24 @@ class RequestMaker:
     min_tokens: bool
     samples: tuple[Sample, ...] = ()  # dataset prompts, used in turn
     trace: tuple[TraceRow, ...] = ()  # trace rows, one per request
+    tools: tuple[dict[str, Any], ...] = ()  # tool definitions sent with each chat request
+
+    @property
+    def forced(self) -> bool:
+        """Whether the output length is forced: not where the model ends its answer itself (a
+        structured answer, a tool call)."""
+        return self.prompts.workload.response_format is None and not self.tools
+
+    def body(self, prompt: Prompt, out: int, api: Api | None = None) -> RequestBody:
+        """The request's JSON body (``api``: another than the target's, for a session's turn)."""
+        w = self.prompts.workload
+        return build_payload(
+            api or self.target.api, self.model, prompt, out, sampling=self.sampling,
+            ignore_eos=self.ignore_eos and self.forced, min_tokens=self.min_tokens and self.forced,
+            continuous_usage_stats=self.target.continuous_usage_stats, target=self.target,
+            response_format=w.response_format, tools=self.tools,
+            tool_choice=tool_choice(w.tools.choice) if w.tools is not None else None,
+        )
 
     def lengths(self, i: int) -> tuple[int, int]:
         """Request i's input and output lengths (drawn from the workload's distributions)."""
@@ -207,16 +228,9 @@ class RequestMaker:
 
     def request(self, i: int) -> PreparedRequest:
         prompt, out = self.prompt(i)
-        fmt = self.prompts.workload.response_format
-        body = build_payload(
-            self.target.api, self.model, prompt, out, sampling=self.sampling,
-            # a structured answer ends where its structure does: its length is not forced
-            ignore_eos=self.ignore_eos and fmt is None, min_tokens=self.min_tokens and fmt is None,
-            continuous_usage_stats=self.target.continuous_usage_stats, target=self.target, response_format=fmt,
-        )
         return PreparedRequest(
-            self.cell, encode_payload(body), prompt.input_tokens, out, warmup=self.stream == Stream.WARMUP,
-            structured=structured_of(fmt),
+            self.cell, encode_payload(self.body(prompt, out)), prompt.input_tokens, out,
+            warmup=self.stream == Stream.WARMUP, structured=structured_of(self.prompts.workload.response_format),
         )
 
 
@@ -308,7 +322,7 @@ def request_maker(
         PromptMaker(w, point.target.api, seed, calibration), point.target, w.sampling, model, cell.index, stream,
         cell.input_tokens, cell.output_tokens,
         w.ignore_eos if ignore_eos is None else ignore_eos, w.min_tokens if min_tokens is None else min_tokens,
-        samples, trace,
+        samples, trace, tool_definitions(w.tools) if w.tools is not None else (),
     )
 
 

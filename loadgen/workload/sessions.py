@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadgen.workload.payload import Prompt, build_payload, encode_payload
+from loadgen.workload.payload import Api, Prompt, encode_payload
 from loadgen.workload.prompts import RequestMaker
 
 
@@ -42,12 +42,7 @@ def next_message(turns: Turns, session: int, t: int, history: list[dict[str, str
 
 def turn_body(m: RequestMaker, history: list[dict[str, str]], max_tokens: int) -> bytes:
     """A turn's request: the whole conversation so far."""
-    payload = build_payload(
-        "responses" if m.target.api == "responses" else "chat", m.model, Prompt(None, messages=tuple(history)),
-        max_tokens, sampling=m.sampling,
-        ignore_eos=m.ignore_eos, min_tokens=m.min_tokens,
-        continuous_usage_stats=m.target.continuous_usage_stats, target=m.target,
-    )
-    return encode_payload(payload)
+    api: Api = "responses" if m.target.api == "responses" else "chat"
+    return encode_payload(m.body(Prompt(None, messages=tuple(history)), max_tokens, api))
 
 

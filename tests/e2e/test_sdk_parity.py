@@ -174,3 +174,26 @@ def test_structured_output_through_the_sdk(start_sim: StartSim) -> None:
             model="loadgen-sim", messages=[{"role": "user", "content": "a city"}], max_tokens=6, stream=True,
             response_format={"type": "json_object"}) if chunk.choices)
     assert isinstance(json.loads(streamed), dict)
+
+
+def test_tool_calls_through_the_sdk(start_sim: StartSim) -> None:
+    """The simulator's tool calls, whole and streamed, as OpenAI's SDK reads them."""
+    import json
+
+    client = openai.OpenAI(base_url=start_sim(ttft_ms=1, itl_ms=1), api_key="none", max_retries=0)
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}]
+    whole = client.chat.completions.create(model="loadgen-sim", messages=[{"role": "user", "content": "find"}],
+                                           tools=tools, max_tokens=5)  # type: ignore[arg-type]
+    assert whole.choices[0].finish_reason == "tool_calls"
+    call = (whole.choices[0].message.tool_calls or [])[0]
+    assert call.function.name == "lookup"  # type: ignore[union-attr]
+    assert set(json.loads(call.function.arguments)) == {"query"}  # type: ignore[union-attr]
+    name = arguments = ""
+    for chunk in client.chat.completions.create(model="loadgen-sim", messages=[{"role": "user", "content": "find"}],
+                                                tools=tools, max_tokens=5, stream=True):  # type: ignore[arg-type]
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            name += (delta.function.name or "") if delta.function else ""
+            arguments += (delta.function.arguments or "") if delta.function else ""
+    assert name == "lookup"
+    assert set(json.loads(arguments)) == {"query"}

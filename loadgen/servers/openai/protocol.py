@@ -70,6 +70,7 @@ def object_name(chat: bool, streamed: bool) -> str:
 def whole_answer(
     *, chat: bool, id_: str, created: int, model: str, text: str, finish: str | None, prompt_tokens: int,
     completion_tokens: int, words: list[str] | None = None, ask: Ask | None = None, cached: int | None = None,
+    tool_call: tuple[str, str] | None = None,
 ) -> bytes:
     """A non-streamed answer: ``ask.n`` choices holding the whole text (with log-probabilities of
     ``words`` when asked), and the usage of them all."""
@@ -80,7 +81,13 @@ def whole_answer(
         choice: dict[str, object] = {"index": index, "finish_reason": finish}
         if finish == "stop" and ask is not None and ask.stop:
             choice["stop_reason"] = next((s for s in ask.stop if s), None)
-        if chat:
+        if chat and tool_call is not None:  # the answer calls a function (name, arguments)
+            choice["message"] = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{id_[-16:]}", "type": "function",
+                "function": {"name": tool_call[0], "arguments": tool_call[1]}}]}
+            choice["finish_reason"] = "tool_calls"
+            choice["logprobs"] = None
+        elif chat:
             choice["message"] = {"role": "assistant", "content": text}
             choice["logprobs"] = None if logprobs is None else {"content": [
                 {"token": w, "logprob": -1.0, "bytes": list(w.encode()),

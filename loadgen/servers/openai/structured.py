@@ -51,3 +51,29 @@ def answer_tokens(body: RequestBody, count: int) -> list[str] | None:
     before, after = orjson.dumps(value).decode().split(f'"{HOLE}"')
     words = [(" " if i else "") + WORDS[i % len(WORDS)] for i in range(count - 2)]
     return [before + '"', *words, '"' + after]
+
+
+def tool_call(body: RequestBody) -> tuple[str, dict[str, Any]] | None:
+    """The function a chat request with ``tools`` gets called (its name and parameters' schema):
+    the one ``tool_choice`` names, else the first; None without tools or with ``tool_choice: none``."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice", "auto")
+    if not isinstance(tools, list) or not tools or choice == "none":
+        return None
+    functions = [t["function"] for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    wanted = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    function = next((f for f in functions if f.get("name") == wanted), functions[0] if functions else None)
+    if function is None or not isinstance(function.get("name"), str):
+        return None
+    parameters = function.get("parameters")
+    return function["name"], parameters if isinstance(parameters, dict) else {}
+
+
+def call_tokens(name: str, parameters: dict[str, Any], count: int) -> list[str]:
+    """``count`` tokens of a tool call: the function's name, then its arguments as JSON meeting
+    the parameters' schema (all in one token where only one is due)."""
+    if count < 2:
+        return [name + "{}"]
+    arguments = answer_tokens({"response_format": {"type": "json_schema", "json_schema": {"schema": parameters}}},
+                              count - 1)
+    return [name, *(arguments or [])]
