@@ -215,6 +215,7 @@ class StreamState:
             retries=self.retries,
             first_tool_call_at=None if self.first_tool_call_ns is None else (self.first_tool_call_ns - base_ns) / 1e9,
             tool_call_tokens=self.tool_call_tokens,
+            image_bytes=req.image_bytes,
             # a structured answer checked once it is whole (a failed request is not judged)
             valid_json=(valid_json("".join(self.answer or ()), req.structured)
                         if req.structured is not None and error is None else None),

@@ -110,6 +110,7 @@ def _throughput_line(m: CellMetrics) -> str:
         f"total tok/s {_num(m.total_token_throughput, 1)}",
         f"in flight: peak {m.peak_in_flight}, mean {_num(m.mean_in_flight, 1)}",
         *([] if m.valid_json is None else [f"valid JSON {m.valid_json:.1%}"]),
+        *([f"images {m.image_bytes_total / 2**20:,.2f} MiB sent"] if m.image_bytes_total else []),
         *([] if m.tool_calls is None else [
             f"tool calls {m.tool_calls.requests} ({m.tool_calls.tool_call_tokens_total} tokens, first token after "
             f"p50 {_ms(m.tool_calls.time_to_tool_call_s.get('p50'))} ms)"]),

@@ -163,6 +163,8 @@ def summarize(
         waits = distribution(r.first_tool_call_at - r.sent_at for r in calls)  # type: ignore[operator]
         metrics = replace(metrics, tool_calls=ToolCalls(len(calls), sum(r.tool_call_tokens for r in calls), {
             k: waits.get(k) for k in ("mean", "p50", "p90", "p99")}))
+    if images := sum(r.image_bytes for r in measured if r.sent_at is not None):
+        metrics = replace(metrics, image_bytes_total=images)
     if checked := [r.valid_json for r in ok if r.valid_json is not None]:
         metrics = replace(metrics, valid_json=sum(checked) / len(checked))
     thinking = [r for r in ok if r.reasoning_tokens > 0]

@@ -83,6 +83,7 @@ class RequestRecord:
     # tool calls (workload.tools): when the first token of a tool call came, and the tokens they took
     first_tool_call_at: float | None = None
     tool_call_tokens: int = 0
+    image_bytes: int = 0  # workload.images: the bytes of the images the request carried
     # times it was sent again on a new connection, the kept-alive one having been closed by the
     # server before any byte of the answer (its times are the first attempt's)
     retries: int = 0

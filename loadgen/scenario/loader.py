@@ -114,6 +114,11 @@ def resolve_files(w: Workload, path: Path) -> Workload:
         else:
             update["dataset"] = w.dataset.model_copy(update={
                 "path": _beside(w.dataset.path, path, "workload.dataset.path", f"the {w.dataset.kind} file")})
+    if w.images is not None and w.images.directory is not None:
+        found = w.images.directory if w.images.directory.is_absolute() else path.parent / w.images.directory
+        if not found.is_dir():
+            raise ScenarioError(f"{path}: workload.images.directory -> no such directory: {found}")
+        update["images"] = w.images.model_copy(update={"directory": found})
     if w.tools is not None and w.tools.file is not None:
         update["tools"] = w.tools.model_copy(update={
             "file": _beside(w.tools.file, path, "workload.tools.file", "a JSON array of tool definitions")})

@@ -24,6 +24,7 @@ from loadgen.data import Labels, RequestBody, Unchecked
 from loadgen.scenario.serve import Serve
 from loadgen.scenario.shapes import (
     Dataset,
+    Images,
     Lengths,
     MultiTurn,
     RampUp,
@@ -246,6 +247,7 @@ class Workload(_Model):
     response_format: ResponseFormat | None = None
     # tool definitions sent with chat requests (the length is then the model's own)
     tools: Tools | None = None
+    images: Images | None = None  # images in each chat request, as data URLs
     multi_turn: MultiTurn | None = None
     trace: Trace | None = None
     # a tokenizer (tokenizer.json, a model directory or a hub id) that counts dataset lengths;
@@ -459,8 +461,9 @@ class Scenario(_Model):
     @model_validator(mode="after")
     def _kind_defaults(self) -> Scenario:
         w, ld = self.workload, self.load
-        if w.tools is not None and self.target.api != "chat":
-            raise ValueError("workload.tools are sent with chat requests: set target.api: chat")
+        for key in ("tools", "images"):
+            if getattr(w, key) is not None and self.target.api != "chat":
+                raise ValueError(f"workload.{key} are sent with chat requests: set target.api: chat")
         if w.multi_turn is not None and self.target.api == "completions":
             raise ValueError("workload.multi_turn sends conversations: set target.api: chat (or responses)")
         if self.kind == "single-stream":

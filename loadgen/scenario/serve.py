@@ -54,6 +54,7 @@ class SimOptions(StrictModel):
     reasoning_tokens: int = Field(
         0, ge=0, description="stream the first N tokens of a chat answer as delta.reasoning_content"
     )
+    image_tokens: int = Field(64, ge=0, le=100_000, description="prompt tokens each image of a chat message counts")
     structured_output: bool = Field(
         True, description="answer JSON to a request's response_format (false: plain text, as a server without it)"
     )

@@ -299,3 +299,14 @@ class Tools(_Model):
             raise ValueError("give file (a JSON array of tool definitions) or definitions, one of the two")
         return self
 
+
+class Images(_Model):
+    """Images in each chat request: ``count`` synthetic ones of ``width`` x ``height`` (seeded
+    noise, PNG), or the files of ``directory`` in turn."""
+
+    count: int = Field(1, ge=1, le=64)
+    width: int = Field(256, ge=1, le=8192)
+    height: int = Field(256, ge=1, le=8192)
+    format: Literal["png"] = "png"
+    directory: Path | None = None
+

@@ -233,7 +233,7 @@ class SimApp(OpenAIApp):
             for name in self.config.reject_params:
                 if name in body:
                     raise ValueError(f"Unrecognized request argument supplied: {name}")
-            tokens = tokenize_prompt(body, chat)
+            tokens = tokenize_prompt(body, chat, cfg.image_tokens)
             ask = ask_of(body, chat=chat, served=cfg.model, prompt_tokens=len(tokens), max_model_len=cfg.max_model_len)
         except RequestRefused as exc:
             await respond(send, exc.code, exc.body())

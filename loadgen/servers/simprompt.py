@@ -8,9 +8,10 @@ from collections import OrderedDict
 from loadgen.data import RequestBody
 
 
-def tokenize_prompt(body: RequestBody, chat: bool) -> list[str | int]:
-    """The simulator's tokenizer: ids are one token each, words one each, and a chat message
-    adds its template's tokens (the same in every request, as a real template's are)."""
+def tokenize_prompt(body: RequestBody, chat: bool, image_tokens: int = 0) -> list[str | int]:
+    """The simulator's tokenizer: ids are one token each, words one each, a chat message adds
+    its template's tokens (the same in every request, as a real template's are), and an image
+    ``image_tokens`` tokens of its own (two images' tokens differ, as their pixels do)."""
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -18,6 +19,17 @@ def tokenize_prompt(body: RequestBody, chat: bool) -> list[str | int]:
         tokens: list[str | int] = []
         for m in messages:
             content = m.get("content") if isinstance(m, dict) else None
+            if isinstance(content, list):  # parts: text, and images by their URL
+                words: list[str] = []
+                for part in content:
+                    if isinstance(part, dict) and part.get("type") == "text":
+                        words += str(part.get("text", "")).split()
+                    elif isinstance(part, dict) and part.get("type") == "image_url":
+                        url = str((part.get("image_url") or {}).get("url", ""))
+                        words += [f"<image:{hash(url)}:{k}>" for k in range(image_tokens)]
+                    else:
+                        raise ValueError("a content part must be text or image_url")
+                content = " ".join(words)
             if not isinstance(content, str):
                 raise ValueError("each message needs a string 'content'")
             role = str(m.get("role", "user"))

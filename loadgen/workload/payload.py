@@ -34,6 +34,7 @@ class PreparedRequest:
     turn: int | None = None  # the turn of a multi-turn session
     # structured output: the answer's JSON Schema as JSON text ("" for any JSON object), checked
     structured: str | None = None
+    image_bytes: int = 0  # the images it carries, in bytes (before base64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class Prompt:
     token_ids: tuple[int, ...] | None = None
     text: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
+    images: tuple[str, ...] = ()  # data URLs sent after the text (chat)
 
 
 def api_key(target: Target) -> str | None:
@@ -116,6 +118,9 @@ def build_payload(
     if api == "chat":
         if prompt.messages is not None:
             body["messages"] = list(prompt.messages)
+        elif prompt.text is not None and prompt.images:  # the text, then each image as an image_url part
+            body["messages"] = [{"role": "user", "content": [{"type": "text", "text": prompt.text}, *(
+                {"type": "image_url", "image_url": {"url": url}} for url in prompt.images)]}]
         elif prompt.text is not None:
             body["messages"] = [{"role": "user", "content": prompt.text}]
         else:

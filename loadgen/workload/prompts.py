@@ -21,7 +21,7 @@ opening is part of the prompt, not a salt added to it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
 
@@ -33,6 +33,7 @@ from loadgen.scenario.schema import PromptFile, Sampling, Scenario, Target, Work
 from loadgen.scenario.shapes import Dataset
 from loadgen.workload import datasets
 from loadgen.workload.datasets import Sample
+from loadgen.workload.images import directory_files, request_images
 from loadgen.workload.lengths import draw
 from loadgen.workload.payload import Api, PreparedRequest, Prompt, build_payload, encode_payload, structured_of
 from loadgen.workload.tools import tool_choice, tool_definitions
@@ -228,10 +229,22 @@ class RequestMaker:
 
     def request(self, i: int) -> PreparedRequest:
         prompt, out = self.prompt(i)
+        images, image_bytes = self.images(i)
+        if images:
+            prompt = replace(prompt, images=images)
         return PreparedRequest(
             self.cell, encode_payload(self.body(prompt, out)), prompt.input_tokens, out,
             warmup=self.stream == Stream.WARMUP, structured=structured_of(self.prompts.workload.response_format),
+            image_bytes=image_bytes,
         )
+
+    def images(self, i: int) -> tuple[tuple[str, ...], int]:
+        """Request i's images (data URLs) and their bytes; none without workload.images."""
+        spec = self.prompts.workload.images
+        if spec is None:
+            return (), 0
+        files = directory_files(spec) if spec.directory is not None else None
+        return request_images(spec, (self.prompts.seed, self.cell, int(self.stream), i), files)
 
 
 class RequestPool:
