@@ -245,6 +245,7 @@ class StreamingClient:
         total = self._total_s if self._total_s is not None else default_total_s(req.max_tokens)
         st = StreamState(self._first_token_s, total, req.max_tokens)
         st.answer = answer if answer is not None or req.structured is None else []  # kept to be checked
+        st.whole = bytearray() if req.embeddings else None  # an embeddings answer: one JSON body
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
         ex = Exchange(st, done)

@@ -170,7 +170,7 @@ class ProbeWatch:
         if r.request_id < self.wave:
             return
         self.ended += 1
-        ok = r.ok and r.first_token_at is not None and r.sent_at is not None
+        ok = r.answered and r.sent_at is not None
         self.failed += not ok
         self.records.append(r)
         if ok:

@@ -184,7 +184,7 @@ def cell_outcome(records: list[RequestRecord], server: LaunchedServer | None) ->
     if server is not None and server.proc is not None and (code := server.proc.poll()) is not None:
         last = tail(server.log_path, 1).strip()
         return "failed", f"the engine {exit_status(code)} during the cell ({last[:200]})"
-    if any(r.ok and r.first_token_at is not None for r in measured):
+    if any(r.answered for r in measured):
         return "done", None
     if empty := [r for r in measured if r.ok]:  # streams that ended well and carried no token
         return "failed", f"no request streamed a token ({len(empty)} streams ended without one)"

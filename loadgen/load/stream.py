@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+import orjson
+
 from loadgen.load.sse import DONE, EventTooLarge, InvalidUsage, MalformedChunk, SSEParser, parse_chunk
 from loadgen.results.records import FailureClass, RequestRecord, TokenSource
 from loadgen.scenario.schema import token_limit
@@ -26,7 +28,7 @@ class StreamState:
         "sent_ns", "chunk_ns", "chunk_tokens", "cum_tokens", "usage_completion",
         "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
         "first_limit_ns", "total_limit_ns", "first_answer_ns", "reasoning_tokens", "cached_tokens", "answer",
-        "token_limit", "retries", "final", "first_tool_call_ns", "tool_call_tokens",
+        "token_limit", "retries", "final", "first_tool_call_ns", "tool_call_tokens", "whole", "embeddings",
     )
 
     def __init__(
@@ -62,12 +64,18 @@ class StreamState:
         self.final = False  # the Responses API's last event came (its streams end without [DONE])
         self.first_tool_call_ns: int | None = None  # a tool call's first token
         self.tool_call_tokens = 0
+        # an answer that is one JSON body (embeddings), not a stream: its bytes, read at its end
+        self.whole: bytearray | None = None
+        self.embeddings = 0
 
     def feed(self, raw: bytes, t: int) -> bool:
         """Bytes read from the body at ``t``; True once the stream is decided (more bytes
         after that are only drained so the connection can be kept)."""
         if self.outcome is not None:
             return True
+        if self.whole is not None:
+            self.whole += raw
+            return False
         try:
             events = self.parser.feed(raw)
         except EventTooLarge as exc:
@@ -83,6 +91,10 @@ class StreamState:
         """The body ended at ``t``: the stream's outcome."""
         if self.outcome is not None:
             return self.outcome
+        if self.whole is not None:
+            self.done_ns = t
+            self.outcome = self._embeddings()
+            return self.outcome
         for data in self.parser.finish():
             if self._event(data, t):
                 return self.outcome  # type: ignore[return-value]
@@ -92,6 +104,22 @@ class StreamState:
         if self.parser.ignored_lines:
             return "malformed", f"{self.parser.ignored_lines} lines without an SSE field"
         return "stream_cut", "stream ended before finish_reason or [DONE]"
+
+    def _embeddings(self) -> Outcome:
+        """An embeddings answer read whole: its vectors and usage."""
+        try:
+            answer = orjson.loads(bytes(self.whole or b""))
+        except orjson.JSONDecodeError:
+            return "malformed", "the embeddings answer is not JSON"
+        data = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(data, list) or not data:
+            return "malformed", "the embeddings answer holds no data"
+        self.embeddings = len(data)
+        usage = answer.get("usage")
+        prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
+            self.prompt_tokens = prompt
+        return None, None
 
     def _event(self, data: bytes, t: int) -> bool:
         if data == DONE:
@@ -216,6 +244,7 @@ class StreamState:
             first_tool_call_at=None if self.first_tool_call_ns is None else (self.first_tool_call_ns - base_ns) / 1e9,
             tool_call_tokens=self.tool_call_tokens,
             image_bytes=req.image_bytes,
+            embeddings=self.embeddings,
             # a structured answer checked once it is whole (a failed request is not judged)
             valid_json=(valid_json("".join(self.answer or ()), req.structured)
                         if req.structured is not None and error is None else None),

@@ -140,6 +140,7 @@ class LLMUser(User):
         total = t.total_s if t.total_s is not None else default_total_s(req.max_tokens)
         st = StreamState(t.first_token_s, total, req.max_tokens)
         st.answer = answer if answer is not None or req.structured is None else []  # kept to be checked
+        st.whole = bytearray() if req.embeddings else None  # an embeddings answer: one JSON body
         STATE.in_flight += 1
         try:
             error, detail, body_bytes = stream_request(

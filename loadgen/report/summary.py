@@ -106,15 +106,17 @@ def _throughput_line(m: CellMetrics) -> str:
     parts += [
         f"duration {m.duration_s:.2f} s",
         f"req/s {_num(m.request_throughput, 3)}",
-        f"output tok/s {_num(m.output_throughput, 1)}",
-        f"total tok/s {_num(m.total_token_throughput, 1)}",
+        # embeddings: vectors and input tokens per second (no output is streamed)
+        *([f"embeddings/s {_num(m.embeddings_per_s, 1)}", f"input tok/s {_num(m.total_token_throughput, 1)}"]
+          if m.embeddings_per_s is not None else
+          [f"output tok/s {_num(m.output_throughput, 1)}", f"total tok/s {_num(m.total_token_throughput, 1)}"]),
         f"in flight: peak {m.peak_in_flight}, mean {_num(m.mean_in_flight, 1)}",
         *([] if m.valid_json is None else [f"valid JSON {m.valid_json:.1%}"]),
         *([f"images {m.image_bytes_total / 2**20:,.2f} MiB sent"] if m.image_bytes_total else []),
         *([] if m.tool_calls is None else [
             f"tool calls {m.tool_calls.requests} ({m.tool_calls.tool_call_tokens_total} tokens, first token after "
             f"p50 {_ms(m.tool_calls.time_to_tool_call_s.get('p50'))} ms)"]),
-        f"tokens from {m.token_count_source}",
+        *([] if m.embeddings_per_s is not None else [f"tokens from {m.token_count_source}"]),
     ]
     if m.slo is not None:
         attained = "-" if m.slo_attained is None else f"{m.slo_attained:.1%}"

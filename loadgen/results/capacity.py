@@ -44,7 +44,7 @@ def objective_label(key: str) -> str:
 
 def latency_values(records: Sequence[RequestRecord], metric: str) -> np.ndarray:
     """The values (ms) an objective on ``metric`` is computed over, from successful requests."""
-    ok = [r for r in records if r.ok and r.first_token_at is not None and r.sent_at is not None]
+    ok = [r for r in records if r.answered and r.sent_at is not None]
     if metric == "ttft_ms":
         vals: Iterable[float] = (v for r in ok if (v := r.ttft_s) is not None)
     elif metric == "tpot_ms":
@@ -72,7 +72,7 @@ def counted(records: Iterable[RequestRecord]) -> tuple[int, int]:
         if r.warmup or r.error == "cancelled":
             continue
         ended += 1
-        failed += not r.ok or r.first_token_at is None
+        failed += not r.answered
     return ended, failed
 
 

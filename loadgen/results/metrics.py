@@ -87,9 +87,10 @@ def summarize(
     closed loop a request's schedule is the moment the run started it, and the time it waited
     for a free slot is the concurrency limit at work: those figures are left empty."""
     measured = [r for r in records if not r.warmup]
-    ok = [r for r in measured if r.ok and r.first_token_at is not None]
+    # a success: an answer with tokens, or an embeddings answer with its vectors
+    ok = [r for r in measured if r.answered]
     # a successful stream with no token at all cannot give latency figures: count it apart
-    empty = [r for r in measured if r.ok and r.first_token_at is None]
+    empty = [r for r in measured if r.ok and r.first_token_at is None and not r.embeddings]
     failed = [r for r in measured if not r.ok and r.error != "cancelled"]
     cancelled = sum(1 for r in measured if r.error == "cancelled")
     by_class: Counter[str] = Counter(r.error or "" for r in failed)
@@ -127,7 +128,7 @@ def summarize(
         prompt_tokens_checked=len(prompt_checked),
         prompt_tokens_mismatched=sum(1 for d in prompt_drift if d != 0),
         prompt_tokens_drift_mean=float(np.mean(prompt_drift)) if prompt_drift else None,
-        output_tokens_short=sum(1 for r in ok if r.output_tokens != r.max_tokens),
+        output_tokens_short=sum(1 for r in ok if r.output_tokens != r.max_tokens and not r.embeddings),
         chunk_token_discrepancy=ChunkDiscrepancy(
             requests=sum(1 for d in chunk_diff if d != 0), tokens=int(sum(abs(d) for d in chunk_diff)),
         ),
@@ -163,6 +164,8 @@ def summarize(
         waits = distribution(r.first_tool_call_at - r.sent_at for r in calls)  # type: ignore[operator]
         metrics = replace(metrics, tool_calls=ToolCalls(len(calls), sum(r.tool_call_tokens for r in calls), {
             k: waits.get(k) for k in ("mean", "p50", "p90", "p99")}))
+    if vectors := sum(r.embeddings for r in ok):
+        metrics = replace(metrics, embeddings_per_s=per_s(vectors))
     if images := sum(r.image_bytes for r in measured if r.sent_at is not None):
         metrics = replace(metrics, image_bytes_total=images)
     if checked := [r.valid_json for r in ok if r.valid_json is not None]:

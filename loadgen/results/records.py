@@ -84,6 +84,7 @@ class RequestRecord:
     first_tool_call_at: float | None = None
     tool_call_tokens: int = 0
     image_bytes: int = 0  # workload.images: the bytes of the images the request carried
+    embeddings: int = 0  # target.api embeddings: the vectors the answer held (it streams no token)
     # times it was sent again on a new connection, the kept-alive one having been closed by the
     # server before any byte of the answer (its times are the first attempt's)
     retries: int = 0
@@ -91,6 +92,11 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def answered(self) -> bool:
+        """A success with an answer: tokens streamed, or an embeddings answer's vectors."""
+        return self.error is None and (self.first_token_at is not None or self.embeddings > 0)
 
     # the per-request latencies, in seconds (None where the request got that far), each defined here once
 
@@ -125,10 +131,10 @@ class RequestRecord:
         ``e2e_ms``; each optional): the one SLO check of goodput, the search and its early stop.
         A request that did not finish meets none."""
         ttft, e2e, tpot = self.ttft_s, self.e2e_s, self.tpot_s
-        if ttft is None or e2e is None:
-            return False
+        if e2e is None or (ttft is None and (not self.embeddings or "ttft_ms" in limits)):
+            return False  # (an embeddings answer has no first token: only its E2E is judged)
         return not (
-            ttft * 1e3 > limits.get("ttft_ms", math.inf)
+            (ttft is not None and ttft * 1e3 > limits.get("ttft_ms", math.inf))
             or (tpot is not None and tpot * 1e3 > limits.get("tpot_ms", math.inf))
             or e2e * 1e3 > limits.get("e2e_ms", math.inf)
         )

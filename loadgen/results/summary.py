@@ -203,6 +203,7 @@ class CellMetrics:
     valid_json: float | None = None  # structured output: the share of answers that parsed and met the schema
     tool_calls: ToolCalls | None = None  # workload.tools: the answers that called a tool
     image_bytes_total: int = 0  # workload.images: the bytes of the images the cell's requests sent
+    embeddings_per_s: float | None = None  # target.api embeddings: vectors returned per second
     # over time: the cell in windows of report.window_s, and its steady window's figures
     windows: tuple[Window, ...] = ()
     steady_state: SteadyState | None = None
@@ -215,7 +216,8 @@ class CellMetrics:
                 continue  # without SLOs these keys are absent, as they always were
             if f.name in ("reasoning", "turns", "stages", "steady_state", "tool_calls") and value is None:
                 continue
-            if (f.name in ("windows", "image_bytes_total") and not value) or (f.name == "valid_json" and value is None):
+            if (f.name in ("windows", "image_bytes_total") and not value) or (
+                    f.name in ("valid_json", "embeddings_per_s") and value is None):
                 continue
             if isinstance(value, Distribution):
                 value = value.to_dict()

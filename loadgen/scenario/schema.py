@@ -176,7 +176,7 @@ def header_problem(name: str, value: str) -> str | None:
 
 class Target(_Model):
     base_url: str | None = None
-    api: Literal["completions", "chat", "responses"] = "completions"
+    api: Literal["completions", "chat", "responses", "embeddings"] = "completions"
     model: str = "auto"
     # what the server at base_url runs, for the tables (a server does not say): e.g. awq, fp8
     quant: str | None = None
@@ -248,6 +248,7 @@ class Workload(_Model):
     # tool definitions sent with chat requests (the length is then the model's own)
     tools: Tools | None = None
     images: Images | None = None  # images in each chat request, as data URLs
+    batch_size: int = Field(1, ge=1, le=4096)  # target.api embeddings: inputs per request
     multi_turn: MultiTurn | None = None
     trace: Trace | None = None
     # a tokenizer (tokenizer.json, a model directory or a hub id) that counts dataset lengths;

@@ -66,6 +66,8 @@ class SimOptions(StrictModel):
     max_seqs: int | None = Field(None, ge=1, description="serve at most N requests at once; the rest queue")
     itl_per_seq_us: float = Field(0.0, ge=0, description="ITL added per other request being served, us")
     prefill_per_token_us: float = Field(0.0, ge=0, description="first-token delay per prompt token, us")
+    embedding_per_token_us: float = Field(
+        20.0, ge=0, description="an embeddings answer's time per input token, us (after --ttft-ms)")
     # run-to-run noise: each request's ITL times a factor drawn from a normal of mean 1
     jitter: float = Field(0.0, ge=0, le=0.5, description="each request's ITL times a normal draw of mean 1 and this "
                           "standard deviation (a share, e.g. 0.02)")

@@ -48,7 +48,7 @@ from loadgen.scenario.serve import SimOptions
 from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
 from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
 from loadgen.servers.openai.protocol import StreamOptions, object_name, request_body, usage, whole_answer
-from loadgen.servers.openai.responses import EventWriter, chat_body, whole_response
+from loadgen.servers.openai.responses import EventWriter, chat_body, embedding_answer, embedding_inputs, whole_response
 from loadgen.servers.openai.rules import Ask, RequestRefused, ask_of, error_body, request_id, stop_at
 from loadgen.servers.openai.structured import answer_tokens, call_tokens, tool_call
 from loadgen.servers.simprompt import PrefixCache, tokenize_prompt
@@ -172,6 +172,34 @@ class SimApp(OpenAIApp):
 
     async def responses(self, scope: ASGIScope, receive: Any, send: Any) -> None:
         await self.complete(scope, receive, send, chat=True, responses=True)
+
+    async def embeddings(self, scope: ASGIScope, receive: Any, send: Any) -> None:
+        """A vector of 8 per input, after --ttft-ms and --embedding-per-token-us per input token,
+        served within max_seqs as completions are."""
+        arrival, cfg = time.perf_counter(), self.config
+        raw = await read_body(receive)
+        key = self.api_key
+        if key is not None and (b"authorization", b"Bearer " + key.encode()) not in scope["headers"]:
+            await respond(send, 401, error_body("invalid or missing API key", "AuthenticationError", 401))
+            return
+        self.stats.requests_total += 1
+        texts, tokens = embedding_inputs(raw, cfg.model)
+        if isinstance(texts, RequestRefused):
+            await respond(send, texts.code, texts.body())
+            return
+        admitted, _ = await self._admit(arrival)
+        try:
+            self.stats.requests_running += 1
+            self.stats.prompt_tokens_total += tokens
+            await self._sleep_until(admitted + cfg.ttft_s + tokens * cfg.embedding_per_token_us / 1e6)
+            await respond(send, 200, embedding_answer(cfg.model, len(texts), tokens))
+            self.stats.requests_completed += 1
+        finally:
+            self.stats.requests_running -= 1
+            if cfg.max_seqs is None:
+                self._serving -= 1
+            else:
+                self._release()
 
     def metric_families(self) -> Iterable[Metric]:
         s = self.stats

@@ -18,8 +18,9 @@ from loadgen.errors import UsageError
 from loadgen.scenario.schema import ENV_REF, Sampling, Target, header_problem
 from loadgen.scenario.shapes import ResponseFormat
 
-Api = Literal["completions", "chat", "responses"]
-ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions", "responses": "/responses"}
+Api = Literal["completions", "chat", "responses", "embeddings"]
+ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions", "responses": "/responses",
+                             "embeddings": "/embeddings"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class PreparedRequest:
     # structured output: the answer's JSON Schema as JSON text ("" for any JSON object), checked
     structured: str | None = None
     image_bytes: int = 0  # the images it carries, in bytes (before base64)
+    embeddings: int = 0  # an embeddings request: its inputs (its answer is one JSON body, not a stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,7 @@ class Prompt:
     text: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
     images: tuple[str, ...] = ()  # data URLs sent after the text (chat)
+    inputs: tuple[str, ...] = ()  # an embeddings request's texts
 
 
 def api_key(target: Target) -> str | None:
@@ -107,6 +110,10 @@ def build_payload(
     """The JSON body of one streaming request with its output length forced; the target's
     ``extra_body`` is merged last (it may set any field, the sampling ones included)."""
     body: RequestBody = {"model": model}
+    if api == "embeddings":  # no output and no stream: the texts, and the target's extras
+        body["input"] = list(prompt.inputs) or [prompt.text or ""]
+        body.update(target.extra_body if target is not None else {})
+        return body
     if response_format is not None:
         body.update(format_fields(api, response_format))
     if tools:  # chat's tools and tool_choice, as OpenAI and vLLM take them

@@ -229,13 +229,17 @@ class RequestMaker:
 
     def request(self, i: int) -> PreparedRequest:
         prompt, out = self.prompt(i)
+        batch = self.prompts.workload.batch_size if self.target.api == "embeddings" else 0
+        if batch:  # an embeddings request: batch_size texts of the input length, each its own
+            texts = [self.prompt(i * batch + j)[0] for j in range(batch)]
+            prompt = Prompt(sum(p.input_tokens or 0 for p in texts), inputs=tuple(p.text or "" for p in texts))
         images, image_bytes = self.images(i)
         if images:
             prompt = replace(prompt, images=images)
         return PreparedRequest(
             self.cell, encode_payload(self.body(prompt, out)), prompt.input_tokens, out,
             warmup=self.stream == Stream.WARMUP, structured=structured_of(self.prompts.workload.response_format),
-            image_bytes=image_bytes,
+            image_bytes=image_bytes, embeddings=batch,
         )
 
     def images(self, i: int) -> tuple[tuple[str, ...], int]:

@@ -56,7 +56,9 @@ def one_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -
      "workload.response_format -> type json_schema needs schema: the JSON Schema of the answer"),
     ("workload: {response_format: {type: xml}}\n",
      "workload.response_format.type -> Input should be 'json_object' or 'json_schema' (got 'xml')"),
-    ("target: {api: embeddings}\n", "target.api -> Input should be 'completions', 'chat' or 'responses'"),
+    ("target: {api: images}\n", "target.api -> Input should be 'completions', 'chat', 'responses' or 'embeddings'"),
+    ("workload: {batch_size: 0}\n", "workload.batch_size -> Input should be greater than or equal to 1 (got 0)"),
+    ("workload: {images: {count: 0}}\n", "workload.images.count -> Input should be greater than or equal to 1"),
 ])
 def test_bad_scenario_files(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "s.yaml"

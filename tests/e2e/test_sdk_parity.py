@@ -197,3 +197,13 @@ def test_tool_calls_through_the_sdk(start_sim: StartSim) -> None:
             arguments += (delta.function.arguments or "") if delta.function else ""
     assert name == "lookup"
     assert set(json.loads(arguments)) == {"query"}
+
+
+def test_embeddings_through_the_sdk(start_sim: StartSim) -> None:
+    client = openai.OpenAI(base_url=start_sim(ttft_ms=1, itl_ms=1), api_key="none", max_retries=0)
+    answer = client.embeddings.create(model="loadgen-sim", input=["one two three", "four five"])
+    assert [d.index for d in answer.data] == [0, 1]
+    assert len(answer.data[0].embedding) == 8
+    assert answer.usage.prompt_tokens == 5
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="another", input="x")

@@ -66,6 +66,10 @@ class OpenAIApp:
     async def complete(self, scope: ASGIScope, receive: Any, send: Any, *, chat: bool) -> None:
         raise NotImplementedError
 
+    async def embeddings(self, scope: ASGIScope, receive: Any, send: Any) -> None:
+        """``POST /v1/embeddings``: not served unless a server says otherwise."""
+        await respond(send, 404, error("embeddings are not served here", self.not_found, 404))
+
     async def responses(self, scope: ASGIScope, receive: Any, send: Any) -> None:
         """``POST /v1/responses``: not served unless a server says otherwise."""
         await respond(send, 404, error("the Responses API is not served here: use /v1/chat/completions",
@@ -88,6 +92,8 @@ class OpenAIApp:
             await self.complete(scope, receive, send, chat=path.endswith("chat/completions"))
         elif method == "POST" and path == "/v1/responses":
             await self.responses(scope, receive, send)
+        elif method == "POST" and path == "/v1/embeddings":
+            await self.embeddings(scope, receive, send)
         elif (handler := self.routes().get((method, path))) is not None:
             await handler(receive, send)
         else:

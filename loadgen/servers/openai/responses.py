@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 
 from loadgen.data import RequestBody
+from loadgen.servers.openai.protocol import request_body
+from loadgen.servers.openai.rules import RequestRefused
 
 
 def chat_body(body: RequestBody) -> RequestBody:
@@ -118,3 +120,27 @@ class EventWriter:
         data = orjson.dumps({"type": "response.completed", "sequence_number": self.sequence, "response": done})
         await self.send({"type": "http.response.body", "body": b"event: response.completed\ndata: " + data + b"\n\n",
                          "more_body": False})
+
+
+def embedding_inputs(raw: bytes, served: str) -> tuple[list[str] | RequestRefused, int]:
+    """An embeddings request's texts and their tokens (a word each), or why it is refused."""
+    try:
+        body = request_body(raw)
+    except (ValueError, TypeError) as exc:
+        return RequestRefused(str(exc)), 0
+    model = body.get("model")
+    if model is not None and model != served:
+        return RequestRefused(f"The model `{model}` does not exist.", 404, "NotFoundError", "model"), 0
+    given = body.get("input")
+    texts = [given] if isinstance(given, str) else given
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        return RequestRefused("input: give a text or a list of texts", param="input"), 0
+    return texts, sum(len(t.split()) for t in texts)
+
+
+def embedding_answer(model: str, count: int, tokens: int) -> bytes:
+    """``count`` vectors of 8 (the same for every input: what is measured is the time)."""
+    data = [{"object": "embedding", "index": i, "embedding": [0.125 * (k + 1) for k in range(8)]} for i in range(count)]
+    return orjson.dumps({"object": "list", "data": data, "model": model,
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
