@@ -34,7 +34,9 @@ def run(
     num_prompts: Annotated[
         int | None, typer.Option(metavar="N", help="requests per cell (workload.num_prompts)")
     ] = None,
-    api: Annotated[str | None, typer.Option(metavar="API", help="completions, chat, responses or embeddings (target.api)")] = None,
+    api: Annotated[
+        str | None, typer.Option(metavar="API", help="completions, chat, responses or embeddings (target.api)")
+    ] = None,
     model: Annotated[str | None, typer.Option(metavar="ID", help="model id to send (target.model)")] = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", metavar="URL", help="server to measure, e.g. http://127.0.0.1:8000/v1")
