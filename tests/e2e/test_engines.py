@@ -238,6 +238,24 @@ load: {{concurrency: 4, warmup_requests: 1}}
         assert [r.prompt_tokens for r in recs] == [164] * 16, api
 
 
+def responses_api_exact(base_url: str, tmp_path: Path) -> None:
+    """OpenAI's Responses API on vLLM: every request's usage exactly as asked (64 in, 16 out,
+    read from response.completed), and no prompt served from a cache another request filled."""
+    path = scenario(tmp_path, """
+target: {api: responses}
+workload: {num_prompts: 8, input_tokens: 64, output_tokens: 16}
+load: {concurrency: 2, warmup_requests: 1}
+""")
+    run_dir = tmp_path / "responses"
+    proc = loadgen("run", str(path), "--base-url", base_url, "--out", str(run_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [r for r in read_records(run_dir / "records.jsonl") if not r.warmup and r.request_id >= 0]
+    assert {(r.prompt_tokens, r.output_tokens, r.token_count_source) for r in recs} == {(64, 16, "usage")}
+    (cell,) = orjson.loads((run_dir / "summary.json").read_bytes())["cells"]
+    assert cell["server_prefix_cache_hit_rate"] == 0.0
+    assert cell["metrics"]["ttft_s"]["p50"] is not None
+
+
 def locust_against_the_engine(base_url: str, path: Path, tmp_path: Path) -> None:
     """Locust's LLM user on the real engine: its counts equal vLLM's own token counters."""
     before = vllm_counters(base_url)
@@ -313,6 +331,7 @@ load: {concurrency: [1, 4], warmup_requests: 1}
         locust_against_the_engine(f"http://127.0.0.1:{port}/v1", path, tmp_path)
         prefix_cache_witness(f"http://127.0.0.1:{port}/v1", tmp_path)
         shared_prefix_exact(f"http://127.0.0.1:{port}/v1", tmp_path)
+        responses_api_exact(f"http://127.0.0.1:{port}/v1", tmp_path)
         # with 2048-token prompts (a prefill of some length), TTFT too within a tenth (last: the
         # scenario file is written over)
         long = scenario(tmp_path, """
