@@ -121,8 +121,8 @@ def build_payload(
         if tool_choice is not None:
             body["tool_choice"] = tool_choice
     if api == "responses":
-        return _responses_body(body, prompt, max_tokens, sampling, ignore_eos, min_tokens, target)
-    if api == "chat":
+        _responses_input(body, prompt, max_tokens)
+    elif api == "chat":
         if prompt.messages is not None:
             body["messages"] = list(prompt.messages)
         elif prompt.text is not None and prompt.images:  # the text, then each image as an image_url part
@@ -142,17 +142,19 @@ def build_payload(
     param = target.max_tokens_param if target is not None else "auto"
     if api == "chat" and param != "max_tokens":
         body["max_completion_tokens"] = max_tokens
-    if api != "chat" or param != "max_completion_tokens":
+    if api not in ("chat", "responses") or (api == "chat" and param != "max_completion_tokens"):
         body["max_tokens"] = max_tokens
+    # vLLM's extras force the length (on the Responses API too; a server without them ignores them)
     if ignore_eos:
         body["ignore_eos"] = True
     if min_tokens:
         body["min_tokens"] = max_tokens
     body["stream"] = True
-    options: dict[str, bool] = {"include_usage": True}
-    if continuous_usage_stats:
-        options["continuous_usage_stats"] = True
-    body["stream_options"] = options
+    if api != "responses":  # the Responses API's usage comes with its last event: no stream options
+        options: dict[str, bool] = {"include_usage": True}
+        if continuous_usage_stats:
+            options["continuous_usage_stats"] = True
+        body["stream_options"] = options
     body.update(sampling.model_dump(exclude_none=True))
     if target is not None and target.extra_body:
         body.update(target.extra_body)
@@ -181,13 +183,9 @@ def structured_of(fmt: ResponseFormat | None) -> str | None:
     return "" if fmt.json_schema is None else orjson.dumps(fmt.json_schema).decode()
 
 
-def _responses_body(
-    body: RequestBody, prompt: Prompt, max_tokens: int, sampling: Sampling, ignore_eos: bool, min_tokens: bool,
-    target: Target | None,
-) -> RequestBody:
+def _responses_input(body: RequestBody, prompt: Prompt, max_tokens: int) -> None:
     """OpenAI's Responses API (``POST /v1/responses``): the prompt as ``input`` (text, or the
-    conversation's messages), its length as ``max_output_tokens``; the stream's events carry
-    the usage at its end (``response.completed``), so there are no stream options."""
+    conversation's messages), its length as ``max_output_tokens``."""
     if prompt.messages is not None:
         body["input"] = list(prompt.messages)
     elif prompt.text is not None:
@@ -195,15 +193,6 @@ def _responses_body(
     else:
         raise ValueError("a Responses API request needs text or messages, not token ids")
     body["max_output_tokens"] = max_tokens
-    if ignore_eos:  # vLLM's extras, as on its other endpoints (a server without them ignores them)
-        body["ignore_eos"] = True
-    if min_tokens:
-        body["min_tokens"] = max_tokens
-    body["stream"] = True
-    body.update(sampling.model_dump(exclude_none=True))
-    if target is not None and target.extra_body:
-        body.update(target.extra_body)
-    return body
 
 
 def encode_payload(body: RequestBody) -> bytes:
