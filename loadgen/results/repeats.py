@@ -82,6 +82,8 @@ def repeat_groups(
         groups.setdefault(repr(sorted(rest.items(), key=lambda kv: kv[0])), []).append((rest, number, found))
     out = []
     for members in groups.values():
+        if len(members) < 2:  # one repeat measured (a stopped run): nothing to put an interval on
+            continue
         figures: dict[str, Repeated] = {}
         for key in FIGURES:
             values = [v for _, _, f in members if (v := f.get(key)) is not None]

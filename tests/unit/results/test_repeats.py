@@ -34,6 +34,7 @@ def test_groups_gather_a_cells_repeats_and_flag_the_noisy_figures() -> None:
         (cell(4, 1), 3, {"tpot_s.p50": 0.020, "request_throughput": 20.0}),
         (cell(4, 2), 4, {"tpot_s.p50": 0.020, "request_throughput": 20.2}),
         ({"input_tokens": 16, "concurrency": 8}, 5, {"tpot_s.p50": 0.030}),  # not a repeat
+        ({"input_tokens": 16, "concurrency": 16, "repeat": 1}, 6, {"tpot_s.p50": 0.040}),  # its only repeat
     ]
     groups = repeat_groups(cells, noisy_cv=0.05)
     assert [(g.params, g.cells) for g in groups] == [({"input_tokens": 16, "concurrency": 2}, (1, 2)),
