@@ -32,7 +32,7 @@ from loadgen.scenario.schema import Scenario
 from loadgen.servers.launch import LaunchedServer
 from loadgen.workload.payload import PreparedRequest
 from loadgen.workload.prompts import RequestPool, TextCalibration, calibration_from, calibration_requests
-from loadgen.workload.sessions import Turns
+from loadgen.workload.sessions import turns_of
 
 
 class AbortRule:
@@ -206,12 +206,12 @@ async def _shaped_window(client: StreamingClient, cell: Cell, pool: RequestPool,
     sender: Any = client
     plans: list[tuple[LoadPlan, int | None]] = []
     if w.multi_turn is not None:
-        sender = SessionRunner(client, Turns(
-            pool.maker, w.multi_turn.turns, w.multi_turn.think_time_s, w.multi_turn.system_tokens))
+        turns = turns_of(pool.maker)
+        sender = SessionRunner(client, turns)
         count = None if ld.duration_s else len(pool)
         sessions = SessionPool(cell.index, len(pool))
         plans.append((LoadPlan(sessions, arrivals.offsets(), count, cell.concurrency, ld.duration_s), None))
-        total = None if count is None else count * w.multi_turn.turns
+        total = None if count is None else turns.planned(count)
     elif pool.maker.trace:
         rows = pool.maker.trace
         # a trace is replayed open loop unless the scenario caps concurrency itself

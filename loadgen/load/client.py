@@ -36,6 +36,7 @@ from loadgen.load.stream import Outcome, StreamState
 from loadgen.results.records import FailureClass, RequestRecord
 from loadgen.scenario.schema import Target, default_total_s, split_userinfo
 from loadgen.workload.payload import ENDPOINTS, PreparedRequest, auth_headers, with_basic_auth
+from loadgen.workload.sessions import Answer
 
 __all__ = ["ClientStats", "PreparedRequest", "StreamingClient", "auth_headers"]
 
@@ -234,17 +235,17 @@ class StreamingClient:
         scheduled_ns: int,
         emit: Callable[[RequestRecord], None],
         slot_ns: int | None = None,
-        answer: list[str] | None = None,
+        answer: Answer | None = None,
         hold: list[Connection | None] | None = None,
     ) -> None:
         """Send one request and ``emit`` its record (also when cancelled, before re-raising);
-        ``slot_ns``: when a concurrency slot became free for it; ``answer``: a list the
-        answer's text is appended to, piece by piece (a multi-turn session sends it back);
+        ``slot_ns``: when a concurrency slot became free for it; ``answer``: gathers the
+        answer's text and tool calls as they stream (a multi-turn session sends them back);
         ``hold``: a one-element list that keeps the connection between the calls that share
         it (a session's turns), given back to the pool by ``release``."""
         total = self._total_s if self._total_s is not None else default_total_s(req.max_tokens)
         st = StreamState(self._first_token_s, total, req.max_tokens)
-        st.answer = answer if answer is not None or req.structured is None else []  # kept to be checked
+        st.answer = answer if answer is not None or req.structured is None else Answer()  # kept to be checked
         st.whole = bytearray() if req.embeddings else None  # an embeddings answer: one JSON body
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()

@@ -259,7 +259,8 @@ def probe_watch(cell: Cell, stop: Callable[[], None]) -> ProbeWatch | None:
         return None
     w = point.workload
     # every request the probe plans, when it is a number of them (not a duration)
-    planned = None if point.load.duration_s else w.num_prompts * (w.multi_turn.turns if w.multi_turn else 1)
+    turns = 1 if w.multi_turn is None else w.multi_turn.turns  # (None: a session file's, not known here)
+    planned = None if point.load.duration_s or turns is None else w.num_prompts * turns
     return ProbeWatch(point.load.search, planned, cell.rate is not None, stop, first_wave(cell))
 
 

@@ -4,9 +4,10 @@ the server actually gave, after the user's think time, on the connection the ses
 ``SessionRunner`` stands in for the client in the dispatcher: one ``send`` runs one session,
 so the schedule starts sessions, the concurrency limit counts sessions in flight, and a stop
 cancels them like requests (the turn in flight is recorded as cancelled). Turn ``t`` of
-session ``s`` is request ``s * turns + t``; its user message is generated text of the cell's
-input length, unique like every prompt of the run, so only the conversation's own history is
-shared with earlier requests: the part a prefix cache is there to serve.
+session ``s`` is request ``s * turns + t`` (``turns``: a session file's longest session's); a
+generated user message is text of the cell's input length, unique like every prompt of the
+run, so only the conversation's own history is shared with earlier requests: the part a
+prefix cache is there to serve.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from loadgen.load.client import StreamingClient
 from loadgen.results.records import RequestRecord
 from loadgen.workload.payload import PreparedRequest
-from loadgen.workload.sessions import Turns, next_message, session_start, turn_body
+from loadgen.workload.sessions import Answer, Conversation, Turns
 
 
 class SessionPool:
@@ -43,23 +44,22 @@ class SessionRunner:
         self.client = client
         self.turns = turns
 
-    def body(self, history: list[dict[str, str]], max_tokens: int) -> bytes:
-        return turn_body(self.turns.maker, history, max_tokens)
-
     async def send(
         self, req: PreparedRequest, session: int, scheduled_ns: int, emit: Callable[[RequestRecord], None],
         slot_ns: int | None = None,
     ) -> None:
         """Session ``session``: its turns one after another; it ends early at a failed turn."""
-        m, k = self.turns.maker, self.turns.turns
-        history = session_start(self.turns, session)
+        talk = Conversation(self.turns, session)
         hold = self.client.holder()
         try:
-            for t in range(k):
-                index = session * k + t
-                out = next_message(self.turns, session, t, history)
-                turn = PreparedRequest(m.cell, self.body(history, out), None, out, warmup=req.warmup, turn=t)
-                answer: list[str] = []
+            for t in range(talk.count):
+                if (pause := talk.think_s(t)) > 0:
+                    due = time.perf_counter_ns() + int(pause * 1e9)
+                    await asyncio.sleep(pause)
+                    while time.perf_counter_ns() < due:  # noqa: ASYNC110 - timers may fire a little early
+                        await asyncio.sleep(0)
+                    scheduled_ns = time.perf_counter_ns()  # the turn is due when the user is done thinking
+                answer = Answer()
                 seen: list[RequestRecord] = []
 
                 def keep(r: RequestRecord, seen: list[RequestRecord] = seen) -> None:
@@ -67,16 +67,12 @@ class SessionRunner:
                     emit(r)
 
                 await self.client.send(
-                    turn, index, scheduled_ns, keep, slot_ns if t == 0 else None, answer=answer, hold=hold,
+                    talk.request(t, req.warmup), session * self.turns.turns + t, scheduled_ns, keep,
+                    slot_ns if t == 0 else None, answer=answer, hold=hold,
                 )
                 if not seen or not seen[-1].ok:
                     return
-                history.append({"role": "assistant", "content": "".join(answer)})
-                if t + 1 < k and self.turns.think_time_s > 0:
-                    due = time.perf_counter_ns() + int(self.turns.think_time_s * 1e9)
-                    await asyncio.sleep(self.turns.think_time_s)
-                    while time.perf_counter_ns() < due:  # noqa: ASYNC110 - timers may fire a little early
-                        await asyncio.sleep(0)
-                scheduled_ns = time.perf_counter_ns()  # the next turn is due when the user is done thinking
+                talk.answered(answer)
+                scheduled_ns = time.perf_counter_ns()  # (with no think time, the next turn is due now)
         finally:
             self.client.release(hold)

@@ -133,6 +133,10 @@ class Chunk:
     final: bool = False
     # the text is a tool call's (delta.tool_calls: the function's name and its arguments)
     tool_call: bool = False
+    # the pieces of tool calls it carried: (index, id, name, arguments), for a session's history
+    calls: tuple[tuple[int, str, str, str], ...] = ()
+    # the Responses API's id of the response (a session's next turn may name it)
+    response_id: str | None = None
 
 
 class MalformedChunk(ValueError):
@@ -172,25 +176,38 @@ ANSWER_DELTA = "response.output_text.delta"
 REASONING_DELTAS = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta",
                     "response.reasoning.delta")
 FINAL_EVENTS = ("response.completed", "response.incomplete")
+CALL_DELTA = "response.function_call_arguments.delta"
 
 
 def _response_event(kind: str, obj: dict[str, object], data: bytes) -> Chunk:
-    """One event of a Responses API stream (``{"type": "response...."}``)."""
+    """One event of a Responses API stream (``{"type": "response...."}``). A function call's
+    arguments are its tokens (its item, added with the first of them, names it)."""
     if kind == ANSWER_DELTA or kind in REASONING_DELTAS:
         return Chunk(_text(obj.get("delta"), "delta", data), True, None, None, None, None, kind != ANSWER_DELTA)
+    index = obj.get("output_index")
+    index = index if isinstance(index, int) else 0
+    if kind == CALL_DELTA:
+        delta = _text(obj.get("delta"), "delta", data)
+        return Chunk(delta, True, None, None, None, None, tool_call=True, calls=((index, "", "", delta),))
+    item = obj.get("item")
+    if kind == "response.output_item.added" and isinstance(item, dict) and item.get("type") == "function_call":
+        call = (index, str(item.get("call_id") or ""), str(item.get("name") or ""), str(item.get("arguments") or ""))
+        return Chunk("", False, None, None, None, None, tool_call=True, calls=(call,))
     response = obj.get("response")
     response = response if isinstance(response, dict) else {}
+    rid = response.get("id") if isinstance(response.get("id"), str) else None
     if kind in FINAL_EVENTS:
         completion, prompt, cached = _usage(response.get("usage"), "output_tokens", "input_tokens",
                                             "input_tokens_details")
         status = response.get("status")
         return Chunk("", False, completion, prompt, status if isinstance(status, str) else kind[9:], None,
-                     cached_tokens=cached, final=True)
+                     cached_tokens=cached, final=True, response_id=rid)
     if kind == "response.failed":
         err = response.get("error")
         message = err.get("message", str(err)) if isinstance(err, dict) else "response.failed"
         return Chunk("", False, None, None, None, str(message)[:300])
-    return Chunk("", False, None, None, None, None)  # created, in_progress, item and part events: no token
+    # created (with the response's id), in_progress, item and part events: no token
+    return Chunk("", False, None, None, None, None, response_id=rid)
 
 
 def parse_chunk(data: bytes) -> Chunk:
@@ -212,6 +229,7 @@ def parse_chunk(data: bytes) -> Chunk:
     text = ""
     reasoning = tool = False
     finish = None
+    pieces: tuple[tuple[int, str, str, str], ...] = ()
     choices = obj.get("choices")
     if choices is not None and not isinstance(choices, list):
         raise MalformedChunk(f"choices is not a list: {data[:80]!r}")
@@ -227,7 +245,8 @@ def parse_chunk(data: bytes) -> Chunk:
                 if isinstance(thought, str) and thought:
                     text, reasoning = thought, True
             if not text and (calls := delta.get("tool_calls")):
-                text, tool = _tool_text(calls, data), True
+                pieces = _tool_pieces(calls, data)
+                text, tool = "".join(name + args for _, _, name, args in pieces), True
         elif delta is not None:
             raise MalformedChunk(f"delta is not an object: {data[:80]!r}")
         else:
@@ -239,17 +258,21 @@ def parse_chunk(data: bytes) -> Chunk:
         raise MalformedChunk(f"neither choices nor usage: {data[:80]!r}")
     completion, prompt, cached = _usage(obj.get("usage"), "completion_tokens", "prompt_tokens",
                                         "prompt_tokens_details")
-    return Chunk(text, bool(choices), completion, prompt, finish, None, reasoning, cached, tool_call=tool)
+    return Chunk(text, bool(choices), completion, prompt, finish, None, reasoning, cached, tool_call=tool,
+                 calls=pieces)
 
 
-def _tool_text(calls: object, data: bytes) -> str:
-    """A tool-call delta's text: each call's function name (on its first delta) and arguments."""
+def _tool_pieces(calls: object, data: bytes) -> tuple[tuple[int, str, str, str], ...]:
+    """A tool-call delta's pieces: each call's index, id and function name (on its first delta)
+    and arguments."""
     if not isinstance(calls, list):
         raise MalformedChunk(f"delta.tool_calls is not a list: {data[:80]!r}")
-    parts = []
-    for call in calls:
+    pieces = []
+    for n, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict):
-            parts += [_text(function.get("name"), "function.name", data),
-                      _text(function.get("arguments"), "function.arguments", data)]
-    return "".join(parts)
+            index = call.get("index")
+            pieces.append((index if isinstance(index, int) else n, _text(call.get("id"), "id", data),
+                           _text(function.get("name"), "function.name", data),
+                           _text(function.get("arguments"), "function.arguments", data)))
+    return tuple(pieces)

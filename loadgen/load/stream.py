@@ -16,6 +16,7 @@ from loadgen.load.sse import DONE, EventTooLarge, InvalidUsage, MalformedChunk, 
 from loadgen.results.records import FailureClass, RequestRecord, TokenSource
 from loadgen.scenario.schema import token_limit
 from loadgen.workload.payload import PreparedRequest
+from loadgen.workload.sessions import Answer
 from loadgen.workload.structured import valid_json
 
 Outcome = tuple[FailureClass | None, str | None]
@@ -55,8 +56,9 @@ class StreamState:
         self.first_answer_ns: int | None = None
         self.reasoning_tokens = 0
         self.cached_tokens: int | None = None
-        # the answer's text, kept only when asked for (a multi-turn session sends it back)
-        self.answer: list[str] | None = None
+        # the answer (text, tool calls, response id), kept only when asked for (a multi-turn
+        # session sends it back; a structured answer is checked)
+        self.answer: Answer | None = None
         # more output tokens than this (max_tokens and a margin for servers that count an end
         # token or two) no request can have: a usage beyond it is invalid, a stream beyond it overruns
         self.token_limit = token_limit(max_tokens)
@@ -161,6 +163,10 @@ class StreamState:
             self.cached_tokens = chunk.cached_tokens
         if chunk.final:
             self.final, self.finish_reason = True, chunk.finish_reason
+        if self.answer is not None and (chunk.calls or chunk.response_id):
+            for index, id_, name, args in chunk.calls:
+                self.answer.call(index, id_, name, args)
+            self.answer.response_id = chunk.response_id or self.answer.response_id
         if not chunk.has_choices:
             return None  # the final usage chunk, or a keep-alive
         if chunk.completion_tokens is not None and (self.cum_tokens > 0 or not self.chunk_ns):
@@ -191,7 +197,7 @@ class StreamState:
                 if self.first_tool_call_ns is None:
                     self.first_tool_call_ns = t
         if self.answer is not None and chunk.text and not chunk.reasoning and not chunk.tool_call:
-            self.answer.append(chunk.text)
+            self.answer.text.append(chunk.text)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
         return None
@@ -246,8 +252,11 @@ class StreamState:
             image_bytes=req.image_bytes,
             embeddings=self.embeddings,
             # a structured answer checked once it is whole (a failed request is not judged)
-            valid_json=(valid_json("".join(self.answer or ()), req.structured)
+            valid_json=(valid_json("".join(self.answer.text if self.answer else ()), req.structured)
                         if req.structured is not None and error is None else None),
+            # a session file's turn: its answer called the functions the file expected
+            expected_tool_call=(self.answer.made(req.expect_calls) if self.answer is not None
+                                and req.expect_calls is not None and error is None else None),
         )
 
 

@@ -36,7 +36,7 @@ from loadgen.workload.prompts import (
     prepare_requests,
     read_sources,
 )
-from loadgen.workload.sessions import Turns
+from loadgen.workload.sessions import Turns, turns_of
 
 
 @dataclass
@@ -95,8 +95,7 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
     # none made ahead: the users' first requests go out at once whatever num_prompts is, and
     # memory does not grow with it
     pool = prepare_requests(cell, model, calibration, seed, Stream.LOCUST, count=0, sources=sources)
-    turns = None if w.multi_turn is None else Turns(pool.maker, w.multi_turn.turns, w.multi_turn.think_time_s,
-                                                     w.multi_turn.system_tokens)
+    turns = None if w.multi_turn is None else turns_of(pool.maker)
     entries = None
     if sources is not None:
         entries = len(sources.trace) if sources.trace else len(sources.samples)

@@ -35,7 +35,7 @@ from loadgen.scenario.matrix import search_lines
 from loadgen.scenario.schema import default_total_s
 from loadgen.scenario.shapes import Search
 from loadgen.workload.payload import PreparedRequest
-from loadgen.workload.sessions import Turns, next_message, session_start, turn_body
+from loadgen.workload.sessions import Answer, Conversation, Turns
 
 __all__ = ["LLMUser", "ScenarioSteps", "STATE", "LLMRequestFailed", "hooks"]
 
@@ -117,21 +117,19 @@ class LLMUser(User):
     def session(self, bench: Workbench, turns: Turns) -> None:
         """One whole multi-turn session on this user: each turn sends the conversation so far
         with the answers the server gave, after the think time; a failed turn ends it."""
-        s = next(bench.next_session)
-        history = session_start(turns, s)
-        m = turns.maker
-        for t in range(turns.turns):
-            out = next_message(turns, s, t, history)
-            answer: list[str] = []
-            record = self.send(bench, PreparedRequest(m.cell, turn_body(m, history, out), None, out, turn=t),
-                               answer=answer)
+        talk = Conversation(turns, next(bench.next_session))
+        for t in range(talk.count):
+            if (pause := talk.think_s(t)) > 0:
+                gevent.sleep(pause)
+                if STATE.stopping:
+                    return
+            answer = Answer()
+            record = self.send(bench, talk.request(t), answer=answer)
             if record is None or not record.ok or STATE.stopping:
                 return
-            history.append({"role": "assistant", "content": "".join(answer)})
-            if t + 1 < turns.turns and turns.think_time_s > 0:
-                gevent.sleep(turns.think_time_s)
+            talk.answered(answer)
 
-    def send(self, bench: Workbench, req: PreparedRequest, answer: list[str] | None = None,
+    def send(self, bench: Workbench, req: PreparedRequest, answer: Answer | None = None,
              due_ns: int | None = None) -> RequestRecord | None:
         """One streamed request, reported to Locust and recorded; ``answer`` collects its text;
         ``due_ns``: when it was due (a trace's row), its record's scheduled time."""
@@ -139,7 +137,7 @@ class LLMUser(User):
         t = bench.timeouts
         total = t.total_s if t.total_s is not None else default_total_s(req.max_tokens)
         st = StreamState(t.first_token_s, total, req.max_tokens)
-        st.answer = answer if answer is not None or req.structured is None else []  # kept to be checked
+        st.answer = answer if answer is not None or req.structured is None else Answer()  # kept to be checked
         st.whole = bytearray() if req.embeddings else None  # an embeddings answer: one JSON body
         STATE.in_flight += 1
         try:

@@ -83,6 +83,8 @@ class RequestRecord:
     # tool calls (workload.tools): when the first token of a tool call came, and the tokens they took
     first_tool_call_at: float | None = None
     tool_call_tokens: int = 0
+    # agent sessions from a file: the answer called the functions the turn expected (None: not said)
+    expected_tool_call: bool | None = None
     image_bytes: int = 0  # workload.images: the bytes of the images the request carried
     embeddings: int = 0  # target.api embeddings: the vectors the answer held (it streams no token)
     # times it was sent again on a new connection, the kept-alive one having been closed by the

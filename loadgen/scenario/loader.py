@@ -20,6 +20,7 @@ from loadgen.errors import ScenarioError
 from loadgen.scenario.matrix import expand_cells
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
 from loadgen.scenario.schema import AXES, SERVE_LIST_KEYS, PromptFile, Scenario, Workload
+from loadgen.scenario.sessionfile import read_sessions
 from loadgen.scenario.shapes import Tools
 from loadgen.scenario.yamlread import ScenarioYAMLError, read_yaml
 
@@ -123,6 +124,10 @@ def resolve_files(w: Workload, path: Path) -> Workload:
         update["tools"] = w.tools.model_copy(update={
             "file": _beside(w.tools.file, path, "workload.tools.file", "a JSON array of tool definitions")})
         tool_definitions(update["tools"])  # type: ignore[arg-type]  # checked before anything starts
+    if w.multi_turn is not None and w.multi_turn.file is not None:
+        update["multi_turn"] = w.multi_turn.model_copy(update={
+            "file": _beside(w.multi_turn.file, path, "workload.multi_turn.file", "a JSONL file of sessions")})
+        read_sessions(update["multi_turn"].file)  # type: ignore[attr-defined]  # checked before anything starts
     if w.trace is not None:
         update["trace"] = w.trace.model_copy(update={
             "file": _beside(w.trace.file, path, "workload.trace.file", "a JSONL trace")})

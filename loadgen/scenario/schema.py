@@ -286,6 +286,8 @@ class Workload(_Model):
         """Where prompts come from, in a word."""
         if self.trace is not None:
             return "trace"
+        if self.multi_turn is not None and self.multi_turn.file is not None:
+            return "sessions"
         if self.dataset is not None:
             return self.dataset.kind
         if isinstance(self.prompt, PromptFile):
@@ -462,11 +464,14 @@ class Scenario(_Model):
     @model_validator(mode="after")
     def _kind_defaults(self) -> Scenario:
         w, ld = self.workload, self.load
-        for key in ("tools", "images"):
-            if getattr(w, key) is not None and self.target.api != "chat":
-                raise ValueError(f"workload.{key} are sent with chat requests: set target.api: chat")
+        if w.images is not None and self.target.api != "chat":
+            raise ValueError("workload.images are sent with chat requests: set target.api: chat")
+        if w.tools is not None and self.target.api not in ("chat", "responses"):
+            raise ValueError("workload.tools are sent with chat requests: set target.api: chat (or responses)")
         if w.multi_turn is not None and self.target.api == "completions":
             raise ValueError("workload.multi_turn sends conversations: set target.api: chat (or responses)")
+        if w.multi_turn is not None and w.multi_turn.history != "full" and self.target.api != "responses":
+            raise ValueError("multi_turn.history previous-response is the Responses API's: set target.api: responses")
         if self.kind == "single-stream":
             if any(c != 1 for c in ld.concurrency) or any(r is not None for r in ld.rate):
                 raise ValueError(

@@ -107,14 +107,27 @@ class SharedPrefix(_Model):
 
 
 class MultiTurn(_Model):
-    """Chat sessions of ``turns`` requests; each turn sends the whole history with the answers
-    the server gave, ``think_time_s`` after the previous answer, on the session's connection.
-    ``num_prompts`` counts sessions; concurrency counts sessions in flight; rate starts sessions."""
+    """Chat sessions of ``turns`` requests, or the sessions of a JSONL ``file`` (agent sessions:
+    system prompt, user messages, tool results, think times); each turn sends the whole history
+    with the answers the server gave, ``think_time_s`` after the previous answer, on the
+    session's connection. ``num_prompts`` counts sessions; concurrency counts sessions in
+    flight; rate starts sessions. ``history: previous-response`` (Responses API) sends each turn
+    only what is new, with the previous answer's ``previous_response_id``."""
 
-    turns: int = Field(..., ge=1)
+    turns: int | None = Field(None, ge=1)
+    file: Path | None = None
     think_time_s: float = Field(0.0, ge=0, le=1e7)
     # a system prompt of this many tokens opening each session (its own content, per session)
     system_tokens: int = Field(0, ge=0)
+    history: Literal["full", "previous-response"] = "full"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MultiTurn:
+        if (self.turns is None) == (self.file is None):
+            raise ValueError("give turns (generated sessions) or file (sessions from a JSONL file), one of the two")
+        if self.file is not None and self.system_tokens:
+            raise ValueError("a session file gives its own system prompts: drop system_tokens")
+        return self
 
 
 class Trace(_Model):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote
 
 import orjson
@@ -37,6 +37,8 @@ class PreparedRequest:
     structured: str | None = None
     image_bytes: int = 0  # the images it carries, in bytes (before base64)
     embeddings: int = 0  # an embeddings request: its inputs (its answer is one JSON body, not a stream)
+    # a session file's turn: the functions its answer is expected to call (None: not said)
+    expect_calls: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,7 @@ class Prompt:
     input_tokens: int | None
     token_ids: tuple[int, ...] | None = None
     text: str | None = None
-    messages: tuple[dict[str, str], ...] | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
     images: tuple[str, ...] = ()  # data URLs sent after the text (chat)
     inputs: tuple[str, ...] = ()  # an embeddings request's texts
 
@@ -116,10 +118,10 @@ def build_payload(
         return body
     if response_format is not None:
         body.update(format_fields(api, response_format))
-    if tools:  # chat's tools and tool_choice, as OpenAI and vLLM take them
-        body["tools"] = list(tools)
+    if tools:  # tools and tool_choice, as OpenAI and vLLM take them (flat on the Responses API)
+        body["tools"] = [flat_tool(t) for t in tools] if api == "responses" else list(tools)
         if tool_choice is not None:
-            body["tool_choice"] = tool_choice
+            body["tool_choice"] = flat_tool(tool_choice) if api == "responses" else tool_choice
     if api == "responses":
         _responses_input(body, prompt, max_tokens)
     elif api == "chat":
@@ -187,12 +189,35 @@ def _responses_input(body: RequestBody, prompt: Prompt, max_tokens: int) -> None
     """OpenAI's Responses API (``POST /v1/responses``): the prompt as ``input`` (text, or the
     conversation's messages), its length as ``max_output_tokens``."""
     if prompt.messages is not None:
-        body["input"] = list(prompt.messages)
+        body["input"] = [item for m in prompt.messages for item in response_items(m)]
     elif prompt.text is not None:
         body["input"] = prompt.text
     else:
         raise ValueError("a Responses API request needs text or messages, not token ids")
     body["max_output_tokens"] = max_tokens
+
+
+def flat_tool(spec: Any) -> Any:
+    """A chat tool definition or tool_choice as the Responses API takes it: the function's
+    fields beside ``type`` (``{type: function, name, parameters}``); a mode stays as it is."""
+    if isinstance(spec, dict) and isinstance(spec.get("function"), dict):
+        return {"type": "function", **spec["function"]}
+    return spec
+
+
+def response_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat message as Responses API input items: a tool's result is a
+    ``function_call_output``; an answer's tool calls are ``function_call`` items after its text."""
+    if message.get("role") == "tool":
+        return [{"type": "function_call_output", "call_id": message.get("tool_call_id", ""),
+                 "output": message.get("content", "")}]
+    calls = message.get("tool_calls")
+    if not calls:
+        return [message]
+    items: list[dict[str, Any]] = [{"role": "assistant", "content": message["content"]}] if message.get("content") \
+        else []
+    return items + [{"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
+                     "arguments": c["function"]["arguments"]} for c in calls]
 
 
 def encode_payload(body: RequestBody) -> bytes:

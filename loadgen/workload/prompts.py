@@ -30,6 +30,7 @@ import numpy as np
 from loadgen.data import RequestBody
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import PromptFile, Sampling, Scenario, Target, Workload
+from loadgen.scenario.sessionfile import FileSession, read_sessions
 from loadgen.scenario.shapes import Dataset
 from loadgen.workload import datasets
 from loadgen.workload.datasets import Sample
@@ -186,6 +187,7 @@ class RequestMaker:
     samples: tuple[Sample, ...] = ()  # dataset prompts, used in turn
     trace: tuple[TraceRow, ...] = ()  # trace rows, one per request
     tools: tuple[dict[str, Any], ...] = ()  # tool definitions sent with each chat request
+    sessions: tuple[FileSession, ...] = ()  # agent sessions from a file, used in turn
 
     @property
     def forced(self) -> bool:
@@ -274,7 +276,7 @@ def needs_calibration(scenario: Scenario) -> bool:
     """Text prompts (the default, and every chat prompt) need the server's template overhead
     and tokens per word before they can hit an exact input length."""
     w = scenario.workload
-    if w.source in ("sharegpt", "jsonl", "hf"):
+    if w.source in ("sharegpt", "jsonl", "hf", "sessions"):
         return False
     return not uses_token_ids(w, scenario.target.api)
 
@@ -333,13 +335,14 @@ def request_maker(
     w = point.workload
     samples: tuple[Sample, ...] = ()
     trace: tuple[TraceRow, ...] = ()
+    sessions: tuple[FileSession, ...] = ()
     if stream in (Stream.MEASURED, Stream.LOCUST) and sources is not None:
-        samples, trace = sources.samples, sources.trace
+        samples, trace, sessions = sources.samples, sources.trace, sources.sessions
     return RequestMaker(
         PromptMaker(w, point.target.api, seed, calibration), point.target, w.sampling, model, cell.index, stream,
         cell.input_tokens, cell.output_tokens,
         w.ignore_eos if ignore_eos is None else ignore_eos, w.min_tokens if min_tokens is None else min_tokens,
-        samples, trace, tool_definitions(w.tools) if w.tools is not None else (),
+        samples, trace, tool_definitions(w.tools) if w.tools is not None else (), sessions,
     )
 
 
@@ -350,15 +353,23 @@ class Sources:
     samples: tuple[Sample, ...] = ()
     trace: tuple[TraceRow, ...] = ()
     notes: tuple[str, ...] = ()
+    sessions: tuple[FileSession, ...] = ()  # agent sessions from a file
+    session_count: int = 0  # the sessions a cell runs: num_prompts, or the file's
 
     @property
     def count(self) -> int | None:
-        return len(self.trace) if self.trace else None
+        return len(self.trace) if self.trace else self.session_count or None
 
 
 def read_sources(point: Scenario, seed: int, counter: datasets.Count | None) -> Sources:
     """Read the dataset or trace a cell's workload names (``counter`` counts tokens)."""
     w = point.workload
+    if w.multi_turn is not None and w.multi_turn.file is not None:
+        sessions = read_sessions(w.multi_turn.file)
+        count = w.num_prompts if "num_prompts" in w.model_fields_set else len(sessions)  # else the whole file
+        notes = (f"{count} sessions from a file of {len(sessions)}: each sent more than once, the same "
+                 "content each time",) if count > len(sessions) else ()
+        return Sources(sessions=sessions, session_count=count, notes=notes)
     if w.trace is not None:
         limit = w.num_prompts if "num_prompts" in w.model_fields_set else None  # else the whole trace
         rows = read_trace(w.trace.file, w.trace.speedup, limit)
