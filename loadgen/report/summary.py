@@ -115,7 +115,10 @@ def _throughput_line(m: CellMetrics) -> str:
         *([f"images {m.image_bytes_total / 2**20:,.2f} MiB sent"] if m.image_bytes_total else []),
         *([] if m.tool_calls is None else [
             f"tool calls {m.tool_calls.requests} ({m.tool_calls.tool_call_tokens_total} tokens, first token after "
-            f"p50 {_ms(m.tool_calls.time_to_tool_call_s.get('p50'))} ms)"]),
+            f"p50 {_ms(m.tool_calls.time_to_tool_call_s.get('p50'))} ms)"
+            + ("" if m.tool_calls.as_expected is None else
+               f"; as the session file expected in {m.tool_calls.as_expected:.0%} of {m.tool_calls.expected_turns} "
+               "turns")]),
         *([] if m.embeddings_per_s is not None else [f"tokens from {m.token_count_source}"]),
     ]
     if m.slo is not None:

@@ -160,10 +160,13 @@ def summarize(
         metrics = replace(metrics, connection_retries=retries)
     peak, mean = in_flight(measured)
     metrics = replace(metrics, peak_in_flight=peak, mean_in_flight=mean)
-    if calls := [r for r in ok if r.first_tool_call_at is not None and r.sent_at is not None]:
+    calls = [r for r in ok if r.first_tool_call_at is not None and r.sent_at is not None]
+    expected = [r.expected_tool_call for r in ok if r.expected_tool_call is not None]
+    if calls or expected:
         waits = distribution(r.first_tool_call_at - r.sent_at for r in calls)  # type: ignore[operator]
         metrics = replace(metrics, tool_calls=ToolCalls(len(calls), sum(r.tool_call_tokens for r in calls), {
-            k: waits.get(k) for k in ("mean", "p50", "p90", "p99")}))
+            k: waits.get(k) for k in ("mean", "p50", "p90", "p99")}, len(expected),
+            sum(expected) / len(expected) if expected else None))
     if vectors := sum(r.embeddings for r in ok):
         metrics = replace(metrics, embeddings_per_s=per_s(vectors))
     if images := sum(r.image_bytes for r in measured if r.sent_at is not None):

@@ -46,12 +46,22 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric, SummaryM
 from loadgen.data import RequestBody
 from loadgen.scenario.serve import SimOptions
 from loadgen.servers.openai.app import OpenAIApp, Route, counter, gauge
-from loadgen.servers.openai.asgi import ASGIScope, end_stream, read_body, respond, run_uvicorn, send_event, start_stream
+from loadgen.servers.openai.asgi import (
+    ASGIScope,
+    end_stream,
+    hung_up,
+    read_body,
+    respond,
+    run_uvicorn,
+    send_event,
+    start_stream,
+)
 from loadgen.servers.openai.protocol import StreamOptions, object_name, request_body, usage, whole_answer
-from loadgen.servers.openai.responses import EventWriter, chat_body, embedding_answer, embedding_inputs, whole_response
+from loadgen.servers.openai.responses import Stored, chat_body, embedding_answer, embedding_inputs
 from loadgen.servers.openai.rules import Ask, RequestRefused, ask_of, error_body, request_id, stop_at
 from loadgen.servers.openai.structured import answer_tokens, call_tokens, tool_call
 from loadgen.servers.simprompt import PrefixCache, tokenize_prompt
+from loadgen.servers.simresponses import respond_responses
 from loadgen.workload.words import WORDS
 
 # at or below this many running requests, the last SPIN_S before a deadline is spent yielding
@@ -87,6 +97,7 @@ class SimApp(OpenAIApp):
         self.api_key = api_key  # when set, requests must carry "Authorization: Bearer <api_key>"
         self.stats = SimStats()
         self.cache = PrefixCache()
+        self.stored = Stored()  # the Responses API's stored answers, for previous_response_id
         self._created = self.created
         self._lead_s = 0.0  # running estimate of how late a sleep wakes up
         self._fault_rng = random.Random(config.fault_seed)
@@ -255,9 +266,9 @@ class SimApp(OpenAIApp):
             _reset(send)
             return
         try:
-            body = request_body(raw)
+            body = given = request_body(raw)
             if responses:  # the Responses API's request, read as the chat request it amounts to
-                body = chat_body(body)
+                body = chat_body(body, self.stored)
             for name in self.config.reject_params:
                 if name in body:
                     raise ValueError(f"Unrecognized request argument supplied: {name}")
@@ -273,7 +284,7 @@ class SimApp(OpenAIApp):
         speed = max(0.0, self._jitter_rng.gauss(1.0, cfg.jitter)) if cfg.jitter else 1.0
         admitted, others = await self._admit(arrival)
         try:
-            if _hung_up(send):
+            if hung_up(send):
                 self.stats.requests_aborted += 1
                 return
             # counted (and reported per request) only: cached tokens do not shorten the simulated TTFT
@@ -287,7 +298,8 @@ class SimApp(OpenAIApp):
             )
             try:
                 if responses:
-                    if await self._respond(send, body, timing, prompt_tokens, ask.max_tokens, cached):
+                    if await respond_responses(self, send, body, timing, given, prompt_tokens, ask.max_tokens,
+                                               cached):
                         self.stats.requests_completed += 1
                 elif body.get("stream"):
                     if await self._stream(send, body, timing, chat, prompt_tokens, ask, fault, cached):
@@ -308,34 +320,6 @@ class SimApp(OpenAIApp):
     def _structured(self, body: RequestBody, count: int) -> list[str] | None:
         """The answer's tokens when the request asks for JSON (and the simulator gives it)."""
         return answer_tokens(body, count) if self.config.structured_output else None
-
-    async def _respond(self, send: Any, body: RequestBody, timing: _Timing, prompt: int, tokens: int,
-                       cached: int) -> bool:
-        """A Responses API answer of ``tokens`` tokens (its first ``reasoning_tokens`` thinking),
-        whole or as its events, each chunk at the same time the chat stream sends it."""
-        thinking, step = min(self.config.reasoning_tokens, tokens), self.config.tokens_per_chunk
-        words = [" " + WORDS[i % len(WORDS)] for i in range(thinking)]
-        words += self._structured(body, tokens - thinking) or [" " + WORDS[i % len(WORDS)]
-                                                                for i in range(thinking, tokens)]
-        if not body.get("stream"):
-            await self._sleep_until(timing.start + (tokens - 1) * timing.itl)
-            self.stats.generation_tokens_total += tokens
-            text = "".join(words[thinking:])
-            await respond(send, 200, whole_response(self.config.model, text, prompt, tokens, thinking, cached))
-            return True
-        writer = EventWriter(send, self.config.model)
-        await start_stream(send)
-        await writer.opening()
-        for start in range(0, tokens, step):
-            end = min(start + step, tokens)
-            await self._sleep_until(timing.start + (end - 1) * timing.itl)
-            if _hung_up(send):
-                self.stats.requests_aborted += 1
-                return False
-            await writer.delta("".join(words[start:end]), end <= thinking)
-            self.stats.generation_tokens_total += end - start
-        await writer.closing(prompt, tokens, thinking, cached)
-        return True
 
     async def _whole(self, send: Any, body: RequestBody, timing: _Timing, chat: bool, prompt_tokens: int, ask: Ask,
                      cached: int, prompt: str) -> None:
@@ -413,7 +397,7 @@ class SimApp(OpenAIApp):
                     fault = None
             deadline = timing.start + (end - 1) * timing.itl + shift
             await self._sleep_until(deadline)
-            if _hung_up(send):
+            if hung_up(send):
                 self.stats.requests_aborted += 1
                 return False
             if stopped is not None and end == max_tokens:
@@ -470,11 +454,6 @@ class _Timing:
 
     start: float
     itl: float
-
-
-def _hung_up(send: Any) -> bool:
-    """Whether the client closed the connection (uvicorn's request cycle knows)."""
-    return bool(getattr(getattr(send, "__self__", None), "disconnected", False))
 
 
 def _reset(send: Any) -> None:

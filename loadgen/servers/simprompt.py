@@ -30,8 +30,15 @@ def tokenize_prompt(body: RequestBody, chat: bool, image_tokens: int = 0) -> lis
                     else:
                         raise ValueError("a content part must be text or image_url")
                 content = " ".join(words)
+            calls = m.get("tool_calls") if isinstance(m, dict) else None
+            if content is None and calls:
+                content = ""  # an answer that only called tools
             if not isinstance(content, str):
                 raise ValueError("each message needs a string 'content'")
+            for call in calls if isinstance(calls, list) else ():  # a call's name and its arguments' words
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict):
+                    content += f" {function.get('name', '')} {function.get('arguments', '')}"
             role = str(m.get("role", "user"))
             tokens += ["<|im_start|>", role, "\n", *content.split(), "<|im_end|>", "\n"]
         return [*tokens, "<|im_start|>", "assistant", "\n"]

@@ -199,6 +199,40 @@ def test_tool_calls_through_the_sdk(start_sim: StartSim) -> None:
     assert set(json.loads(arguments)) == {"query"}
 
 
+def test_responses_function_calls_and_previous_response_id_through_the_sdk(start_sim: StartSim) -> None:
+    """The Responses API's function calls, whole and streamed, and a conversation carried on by
+    ``previous_response_id``, as OpenAI's SDK reads them."""
+    import json
+
+    client = openai.OpenAI(base_url=start_sim(ttft_ms=1, itl_ms=1), api_key="none", max_retries=0)
+    tools = [{"type": "function", "name": "lookup", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}]
+    first = client.responses.create(model="loadgen-sim", input="find it", tools=tools,  # type: ignore[arg-type]
+                                    max_output_tokens=5)
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert call.name == "lookup"
+    assert set(json.loads(call.arguments)) == {"query"}
+    assert first.usage is not None
+    assert first.usage.output_tokens == 5
+    with client.responses.stream(model="loadgen-sim", input="find it", tools=tools,  # type: ignore[arg-type]
+                                 max_output_tokens=5) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds.count("response.function_call_arguments.delta") == 5
+    assert kinds.index("response.output_item.added") < kinds.index("response.function_call_arguments.delta")
+    (streamed,) = [item for item in final.output if item.type == "function_call"]
+    assert set(json.loads(streamed.arguments)) == {"query"}
+    # the call's result, sent with only the previous response's id: the server holds the rest
+    after = client.responses.create(
+        model="loadgen-sim", previous_response_id=first.id, tools=tools,  # type: ignore[arg-type]
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "found"}], max_output_tokens=3)
+    assert after.output_text  # text: the tool's result is in
+    assert after.usage is not None
+    assert after.usage.input_tokens > first.usage.input_tokens
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="loadgen-sim", previous_response_id="resp_none", input="x", max_output_tokens=2)
+
+
 def test_embeddings_through_the_sdk(start_sim: StartSim) -> None:
     client = openai.OpenAI(base_url=start_sim(ttft_ms=1, itl_ms=1), api_key="none", max_retries=0)
     answer = client.embeddings.create(model="loadgen-sim", input=["one two three", "four five"])

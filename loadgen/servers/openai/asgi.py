@@ -8,6 +8,11 @@ from typing import Any
 ASGIScope = dict[str, Any]
 
 
+def hung_up(send: Any) -> bool:
+    """Whether the client closed the connection (uvicorn's request cycle knows)."""
+    return bool(getattr(getattr(send, "__self__", None), "disconnected", False))
+
+
 async def send_event(send: Any, data: bytes) -> None:
     await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
 

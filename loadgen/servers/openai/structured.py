@@ -55,10 +55,16 @@ def answer_tokens(body: RequestBody, count: int) -> list[str] | None:
 
 def tool_call(body: RequestBody) -> tuple[str, dict[str, Any]] | None:
     """The function a chat request with ``tools`` gets called (its name and parameters' schema):
-    the one ``tool_choice`` names, else the first; None without tools or with ``tool_choice: none``."""
+    the one ``tool_choice`` names, else the first; None without tools, with ``tool_choice:
+    none``, or with ``auto`` where the last message is not the user's (after a tool's result
+    the answer is text, as an agent's model answers once it has what it asked for)."""
     tools = body.get("tools")
     choice = body.get("tool_choice", "auto")
     if not isinstance(tools, list) or not tools or choice == "none":
+        return None
+    messages = body.get("messages")
+    if choice == "auto" and isinstance(messages, list) and messages and isinstance(messages[-1], dict) \
+            and messages[-1].get("role") != "user":
         return None
     functions = [t["function"] for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
     wanted = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
