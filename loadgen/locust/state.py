@@ -134,7 +134,9 @@ class _State:
             return
         self.exhausted_said = True
         bench = self.bench
-        log.info("loadgen: every entry of the dataset (%s) sent once in this test: the users stop",
+        sessions = bench is not None and bench.turns is not None
+        what = "session of the session file" if sessions else "entry of the dataset"
+        log.info("loadgen: every %s (%s) sent once in this test: the users stop", what,
                  bench.entries if bench is not None else "?")
         runner = self.env.runner if self.env is not None else None
         if runner is not None and not isinstance(runner, (WorkerRunner, MasterRunner)):

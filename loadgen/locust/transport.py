@@ -51,8 +51,8 @@ class Workbench:
     pool: RequestPool
     calibration: TextCalibration
     next_prompt: itertools.count[int] = field(default_factory=itertools.count)
-    # a dataset's entries: each sent once per test, shared out between the workers (None:
-    # generated prompts, never a repeat)
+    # a dataset's entries (or a session file's sessions): each sent once per test, shared out
+    # between the workers (None: generated prompts, never a repeat)
     entries: int | None = None
     next_entry: itertools.count[int] = field(default_factory=itertools.count)
     # a trace's rows: each due at its offset after the test's start (the users wait for it)
@@ -98,7 +98,7 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
     turns = None if w.multi_turn is None else turns_of(pool.maker)
     entries = None
     if sources is not None:
-        entries = len(sources.trace) if sources.trace else len(sources.samples)
+        entries = sources.session_count or (len(sources.trace) if sources.trace else len(sources.samples))
     return Workbench(base, url.request_uri, headers, t, model, pool, calibration, entries=entries,
                      offsets=tuple(row.offset_s for row in sources.trace) if sources is not None else (),
                      turns=turns)

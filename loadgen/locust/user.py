@@ -97,7 +97,14 @@ class LLMUser(User):
         if STATE.stopping:
             return
         if bench.turns is not None:
-            self.session(bench, bench.turns)
+            if bench.entries is None:
+                self.session(bench, bench.turns, next(bench.next_session))
+                return
+            s = next(bench.next_entry)  # a session file's: this process's share, each session once a test
+            if s >= bench.entries:
+                STATE.exhausted()
+                raise StopUser()
+            self.session(bench, bench.turns, s)
             return
         due_ns = None
         if bench.entries is not None:
@@ -114,10 +121,10 @@ class LLMUser(User):
             i = next(bench.next_prompt)  # a new prompt every time, never a repeat
         self.send(bench, bench.pool[i], due_ns=due_ns)
 
-    def session(self, bench: Workbench, turns: Turns) -> None:
+    def session(self, bench: Workbench, turns: Turns, session: int) -> None:
         """One whole multi-turn session on this user: each turn sends the conversation so far
         with the answers the server gave, after the think time; a failed turn ends it."""
-        talk = Conversation(turns, next(bench.next_session))
+        talk = Conversation(turns, session)
         for t in range(talk.count):
             if (pause := talk.think_s(t)) > 0:
                 gevent.sleep(pause)

@@ -251,6 +251,29 @@ def test_three_turn_sessions_under_two_workers_stay_whole(start_sim: StartSim, t
         assert turns.count(0) - turns.count(2) <= 2  # at most the sessions the stop cut short (2 users each)
 
 
+def test_agent_sessions_from_a_file_run_whole_each_once_a_test(start_sim: StartSim, tmp_path: Path) -> None:
+    """The session file of the asyncio client's test, 4 sessions (the file's 2 twice) on 2 users:
+    each session's turns in order on one user, tool calls answered with the file's results, the
+    prompts as long as there (by hand), and the test ends once the last session is done."""
+    from tests.integration.load.test_agent_sessions import PROMPTS, scenario
+
+    base_url = start_sim(ttft_ms=2, itl_ms=1)
+    path = scenario(tmp_path)
+    path.write_text(path.read_text().replace("output_tokens: 6", "output_tokens: 6\n  num_prompts: 4"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", "locust", "--scenario", str(path), "--host", base_url, "--headless",
+         "-u", "2", "-r", "2", "-t", "60s", "--out", str(tmp_path / "run"), "--only-summary"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "every session of the session file (4) sent once in this test" in proc.stderr
+    records = sorted(read_records(tmp_path / "run" / "records.jsonl"), key=lambda r: r.sent_at or 0)
+    assert all(r.ok for r in records)
+    assert len(records) == 2 * (3 + 2)
+    assert sorted(r.prompt_tokens or 0 for r in records) == sorted(2 * [*PROMPTS[0], *PROMPTS[1]])
+    assert sum(r.expected_tool_call is True for r in records) == 2  # session 0's first turn, twice
+
+
 def test_one_process_sends_a_jsonl_dataset_once_and_ends_the_test(start_sim: StartSim, tmp_path: Path) -> None:
     """20 prompts of 3 + i words asking 5 + i tokens, 3 users, -t 60s: each entry once, none cut
     short by the end, and the test ends as soon as the last answer is in."""
