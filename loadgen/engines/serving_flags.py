@@ -19,6 +19,7 @@ class ServingFlags:
     length: str
     eager: str
     overrides: str
+    tools: tuple[str, ...] = ()  # the flags before the tool-call parser's name
 
 
 def serving_args(spec: EngineSpec, head: list[str], f: ServingFlags, tail: tuple[str, ...] = ()) -> list[str]:
@@ -40,6 +41,8 @@ def serving_args(spec: EngineSpec, head: list[str], f: ServingFlags, tail: tuple
         argv += ["--kv-cache-dtype", spec.kv_cache_dtype]
     if spec.load_format:
         argv += ["--load-format", spec.load_format]
+    if spec.tool_parser and f.tools:
+        argv += [*f.tools, spec.tool_parser]
     if spec.rope:
         argv += [f.overrides, json.dumps({"rope_scaling": spec.rope}, separators=(",", ":"))]
     return argv + list(spec.extra_args)

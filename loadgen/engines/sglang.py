@@ -10,7 +10,7 @@ from loadgen.engines.spec import EngineSpec
 from loadgen.servers.launch import LaunchSpec
 
 FLAGS = ServingFlags("--pp-size", "--mem-fraction-static", "--context-length", "--disable-cuda-graph",
-                     "--json-model-override-args")
+                     "--json-model-override-args", ("--tool-call-parser",))
 
 
 def command(spec: EngineSpec) -> LaunchSpec:
@@ -33,7 +33,8 @@ IMAGE = Image("lmsysorg/sglang:v0.5.19-cu129", "SGLANG_IMAGE", ("python3", "-m",
 
 ENGINE = Engine(
     name="sglang", label="SGLang", command=command, hardware="NVIDIA GPU", install="pip install 'sglang[all]'",
-    installed=lambda: modules_installed("sglang"), missing=missing, options=("kv_cache_dtype", "load_format"),
+    installed=lambda: modules_installed("sglang"), missing=missing,
+    options=("kv_cache_dtype", "load_format", "tool_parser"),
     image=lambda spec: IMAGE,
     metrics={
         "running": ("sglang:num_running_reqs",), "waiting": ("sglang:num_queue_reqs",),

@@ -29,6 +29,7 @@ class EngineSpec:
     rope: dict[str, str | float] | None = None  # the rope_scaling entry of the model config, when asked for
     kv_cache_dtype: str | None = None
     load_format: str | None = None
+    tool_parser: str | None = None  # tool calls parsed out of the answers (tool_choice auto, required, named)
     # engine-specific options (``EngineOptions``; each engine declares those it takes)
     attn: str = "sdpa"
     load_in: str | None = None

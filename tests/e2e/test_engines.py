@@ -5,6 +5,7 @@ process may outlive the test, whether loadgen finished, failed or was interrupte
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import socket
@@ -256,6 +257,46 @@ load: {concurrency: 2, warmup_requests: 1}
     assert cell["metrics"]["ttft_s"]["p50"] is not None
 
 
+def agent_sessions_with_tools(base_url: str, tmp_path: Path) -> None:
+    """A session file with tool calls on vLLM (started with a tool-call parser), on chat and on
+    the Responses API: every turn completes with its usage; the named function is called (by
+    vLLM's guided decoding: the tiny model's text means nothing), the answers' calls go back
+    in the history with the file's results, and no session's first turn is served from a cache
+    another session filled."""
+    (tmp_path / "tools.json").write_text(json.dumps([{"type": "function", "function": {
+        "name": "search_flights", "description": "flights to a city",
+        "parameters": {"type": "object", "properties": {"to": {"enum": ["Paris", "Rome"]}}, "required": ["to"]}}}]))
+    (tmp_path / "sessions.jsonl").write_text("".join(json.dumps(s) + "\n" for s in [
+        {"system": "You are a careful travel agent", "turns": [
+            {"user": "find me a flight to Paris", "tool_calls": ["search_flights"]},
+            {"tool_results": [{"flights": ["AF1"]}], "think_time_s": 0.1}, {"user": "book it"}]},
+        {"system": "You answer in one line", "turns": [{"user": "hello there"}, {"user": "bye"}]},
+    ]))
+    for api in ("chat", "responses"):
+        path = tmp_path / f"agents-{api}.yaml"
+        path.write_text(f"name: agents\ntarget: {{api: {api}}}\nworkload:\n  output_tokens: 64\n"
+                        "  tools: {file: tools.json, choice: search_flights}\n  multi_turn: {file: sessions.jsonl}\n"
+                        "load: {concurrency: 2}\n")
+        run_dir = tmp_path / f"agents-{api}"
+        proc = loadgen("run", str(path), "--base-url", base_url, "--out", str(run_dir))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        recs = [r for r in read_records(run_dir / "records.jsonl") if not r.warmup]
+        assert sorted(r.turn or 0 for r in recs) == [0, 0, 1, 1, 2], api
+        for r in recs:
+            assert r.ok, (api, r.error_detail)
+            assert r.token_count_source == "usage"
+            assert 0 < r.output_tokens <= 64
+            assert r.tool_call_tokens > 0  # a call on every turn (the function is named)
+            assert r.first_tool_call_at is not None
+        assert [r.expected_tool_call for r in recs if r.expected_tool_call is not None] == [True]
+        first = [r for r in recs if r.turn == 0]
+        assert [r.cached_tokens for r in first] == [0, 0], api
+        # later turns hold more: the first answer's call and the tool's result went back
+        by_turn = {(r.request_id // 3, r.turn): r.prompt_tokens or 0 for r in recs}
+        assert by_turn[(0, 1)] > by_turn[(0, 0)]
+        assert by_turn[(0, 2)] > by_turn[(0, 1)]
+
+
 def locust_against_the_engine(base_url: str, path: Path, tmp_path: Path) -> None:
     """Locust's LLM user on the real engine: its counts equal vLLM's own token counters."""
     before = vllm_counters(base_url)
@@ -306,7 +347,8 @@ def test_loadgen_serve_tiny_runs_vllm_cpu_and_serves_a_scenario(tmp_path: Path) 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    serve = popen("serve", "tiny", "--port", str(port), "--log", str(tmp_path / "vllm.log"))
+    # (with a tool-call parser: the agent sessions below call tools)
+    serve = popen("serve", "tiny", "--port", str(port), "--tool-parser", "hermes", "--log", str(tmp_path / "vllm.log"))
     try:
         assert serve.stdout is not None
         line = serve.stdout.readline()  # printed once ready
@@ -332,6 +374,7 @@ load: {concurrency: [1, 4], warmup_requests: 1}
         prefix_cache_witness(f"http://127.0.0.1:{port}/v1", tmp_path)
         shared_prefix_exact(f"http://127.0.0.1:{port}/v1", tmp_path)
         responses_api_exact(f"http://127.0.0.1:{port}/v1", tmp_path)
+        agent_sessions_with_tools(f"http://127.0.0.1:{port}/v1", tmp_path)
         # with 2048-token prompts (a prefill of some length), TTFT too within a tenth (last: the
         # scenario file is written over)
         long = scenario(tmp_path, """
@@ -351,6 +394,28 @@ load: {concurrency: [1, 4], warmup_requests: 1}
     out = subprocess.run(["pgrep", "-f", f"vllm.entrypoints.openai.api_server.*--port {port}"],
                          capture_output=True, text=True)
     assert out.stdout.strip() == ""
+
+
+@pytest.mark.usefixtures("vllm_cpu")
+def test_vllm_serves_the_tiny_model_for_embeddings(tmp_path: Path) -> None:
+    """``target.api: embeddings`` on vLLM's CPU build, launched by the run with its pooling
+    runner: every request's 8 vectors and its usage exactly 8 x 32 prompt tokens."""
+    path = scenario(tmp_path, """
+name: embeddings
+serve: {backend: vllm, model: tiny, extra_args: [--runner, pooling]}
+target: {api: embeddings}
+workload: {num_prompts: 16, input_tokens: 32, batch_size: 8}
+load: {concurrency: 2}
+""")
+    run_dir = tmp_path / "emb"
+    proc = loadgen("run", str(path), "--out", str(run_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [r for r in read_records(run_dir / "records.jsonl") if not r.warmup]
+    assert len(recs) == 16
+    assert {(r.ok, r.embeddings, r.prompt_tokens) for r in recs} == {(True, 8, 256)}
+    (cell,) = orjson.loads((run_dir / "summary.json").read_bytes())["cells"]
+    assert cell["metrics"]["embeddings_per_s"] > 0
+    assert cell["server_prefix_cache_hit_rate"] == 0.0
 
 
 @pytest.mark.usefixtures("vllm_cpu")
