@@ -29,9 +29,11 @@ import orjson
 
 from loadgen import __version__
 from loadgen.data import Unchecked
+from loadgen.errors import UsageError
 from loadgen.load.connection import CLOSE_HABIT_NS, STARVE_ENV, ClientStats, Connection, Exchange, readable
 from loadgen.load.limits import CLIENT_ERRNOS
 from loadgen.load.sidecall import side_call, side_client
+from loadgen.load.stamped import kernel_clock_problem, open_stamped
 from loadgen.load.stream import Outcome, StreamState
 from loadgen.results.records import FailureClass, RequestRecord
 from loadgen.scenario.schema import Target, default_total_s, split_userinfo
@@ -50,6 +52,7 @@ class ClientConfig:
     clock_base_ns: int
     api_key: str | None = None
     new_connection_per_request: bool = False
+    clock: str = "auto"  # load.clock: auto, kernel or loop
 
 
 class StreamingClient:
@@ -100,6 +103,12 @@ class StreamingClient:
         self._all: set[Connection] = set()
         self.stats = ClientStats()
         self._starve_s = float(os.environ.get(STARVE_ENV) or 0) / 1e3
+        # which clock times the answers' bytes, and why not the kernel's where it is not
+        problem = kernel_clock_problem(self._tls)
+        if config.clock == "kernel" and problem is not None:
+            raise UsageError(f"load.clock kernel: {problem}; set load.clock: auto (or loop)")
+        self.clock_note = "load.clock: loop" if config.clock == "loop" else problem
+        self.clock = "loop" if self.clock_note is not None else "kernel"
 
     async def __aenter__(self) -> StreamingClient:
         return self
@@ -131,10 +140,14 @@ class StreamingClient:
         if self._tls and self._ssl is None:
             self._ssl = httpx.create_ssl_context(verify=self._verify)
         async with asyncio.timeout(self._connect_s):
-            _, conn = await loop.create_connection(
-                lambda: Connection(self.stats, self._starve_s), self._host, self._port,
-                ssl=self._ssl if self._tls else None,
-            )
+            if self.clock == "kernel":
+                conn = Connection(self.stats, self._starve_s)
+                await open_stamped(loop, self._host, self._port, conn)
+            else:
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self.stats, self._starve_s), self._host, self._port,
+                    ssl=self._ssl if self._tls else None,
+                )
         self.stats.connects += 1
         self._all.add(conn)
         return conn

@@ -8,7 +8,7 @@ import asyncio
 import select
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import httptools
@@ -36,6 +36,9 @@ class ClientStats:
     read_ns: int = 0
     connects: int = 0
     retries: int = 0  # requests sent again on a new connection (the kept-alive one was closed)
+    # kernel-stamped reads: each read's client delay (handled minus arrived, ns), taken by the
+    # self-check every interval
+    delays: list[int] = field(default_factory=list)
 
 
 class Exchange:
@@ -77,7 +80,21 @@ class Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        t = self._t = time.perf_counter_ns()
+        t = time.perf_counter_ns()
+        self._read(data, t, t)
+
+    def stamped(self, data: bytes, arrived: int, handled: int) -> None:
+        """Bytes the kernel received at ``arrived`` (a ``StampedTransport``'s read), handled now."""
+        delay = handled - arrived
+        self._stats.delays.append(delay)
+        ex = self.ex
+        if ex is not None and delay > ex.st.client_delay_ns:
+            ex.st.client_delay_ns = delay
+        self._read(data, arrived, handled)
+
+    def _read(self, data: bytes, t: int, handled: int) -> None:
+        """One read: ``t`` is when its bytes arrived (the kernel's stamp, or the loop's clock)."""
+        self._t = t
         if self.ex is not None:
             self.ex.last_ns = t
             self.ex.answered = True
@@ -92,7 +109,7 @@ class Connection(asyncio.Protocol):
                 pass
         stats = self._stats
         stats.reads += 1
-        stats.read_ns += time.perf_counter_ns() - t
+        stats.read_ns += time.perf_counter_ns() - handled
 
     def eof_received(self) -> bool | None:
         self.closed_cleanly = True  # the server closed it (FIN), rather than resetting it

@@ -105,6 +105,9 @@ def reopen(scenario: Scenario, run_dir: Path, retry_failed: bool) -> tuple[Prove
 async def resolve_model(
     client: StreamingClient, base_url: str, wanted: str, provenance: Provenance
 ) -> str:
+    """The model to ask for (``target.model``, or the server's first with ``auto``); the
+    provenance notes the server's list and the clock that times the answers' bytes."""
+    provenance.note(client_clock={"clock": client.clock, "why_not_kernel": client.clock_note})
     try:
         models = await client.fetch_models()
     except (httpx.HTTPError, ValueError) as exc:

@@ -242,8 +242,7 @@ class _Run:
                 health.verdict, "had a lagging client"
             )
             self.obs.message(
-                f"warning: {where} {what} ({'; '.join(health.reasons)}): "
-                f"its TTFT / ITL include the client's own delay; {health.advice}"
+                f"warning: {where} {what} ({'; '.join(health.reasons)}): {health.effect}; {health.advice}"
             )
         for warning in entry.warnings:
             self.obs.message(f"warning: {where}: {warning}")
@@ -298,11 +297,11 @@ class _Run:
         point = todo.point
         first = todo.peek()
         assert first is not None
-        target = point.target
-        clock_base = self.provenance.clock_base_ns()
+        target, ld = point.target, point.load
         desc = describe_server(point, info)
         try:
-            config = ClientConfig(target, base_url, clock_base, api_key(target), point.load.new_connection_per_request)
+            config = ClientConfig(target, base_url, self.provenance.clock_base_ns(), api_key(target),
+                                  ld.new_connection_per_request, ld.clock)
             async with StreamingClient(config) as client:
                 # a stop is obeyed in every phase: a server that accepts and never answers
                 # holds neither the lookup nor the calibration

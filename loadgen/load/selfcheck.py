@@ -8,6 +8,8 @@ each worker's) samples while the window runs.
 - CPU: the process's CPU seconds over the wall seconds of each 1 s interval.
 - reads: how many socket reads the client handled and the time spent in them (the per-chunk
   work: a clock reading, the HTTP parser, the SSE scan).
+- client delay, where the kernel stamps the reads (``load.clock``): how long after its bytes
+  arrived each read was handled: what the figures would have carried on the loop's clock.
 
 Samples go to ``probes.jsonl`` (probe ``client``, one line per process and second);
 ``loadgen.results.clienthealth`` turns them into the verdict.
@@ -34,6 +36,7 @@ INTERVAL_S = 1.0
 STARVED_LAG_MS = 5.0
 STARVED_SHARE = 0.5
 HOG_WINDOW_S = 0.5
+DELAYS_KEPT = 1000  # client delays kept per interval (evenly taken from the kernel-timed reads)
 
 
 def _cpu_by_process(cores: set[int]) -> dict[int, tuple[float, str]]:
@@ -116,9 +119,12 @@ class ClientMonitor:
         if self._hogs is not None and not self._hogs.is_alive():
             hogs = self._hogs.result or ()
             self._hogs = None
+        delays, s.delays = s.delays, []
+        kept = delays[::-(-len(delays) // DELAYS_KEPT)] if delays else []  # evenly taken, at most DELAYS_KEPT
         sample = ClientReading(
             self._worker, round(now - self._t, 6), round(cpu - self._cpu, 6), s.reads - self._reads,
             round((s.read_ns - self._read_ns) / 1e6, 3), tuple(round(x * 1e3, 3) for x in self._lags), hogs,
+            tuple(round(d / 1e6, 3) for d in kept), round(max(delays) / 1e6, 3) if delays else None, len(delays),
         )
         share = sample.cpu_s / sample.wall_s if sample.wall_s > 0 else 0.0
         lag_p99 = float(np.percentile(sample.loop_lag_ms, 99)) if self._lags else 0.0

@@ -30,6 +30,7 @@ class StreamState:
         "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
         "first_limit_ns", "total_limit_ns", "first_answer_ns", "reasoning_tokens", "cached_tokens", "answer",
         "token_limit", "retries", "final", "first_tool_call_ns", "tool_call_tokens", "whole", "embeddings",
+        "client_delay_ns", "coalesced",
     )
 
     def __init__(
@@ -69,6 +70,9 @@ class StreamState:
         # an answer that is one JSON body (embeddings), not a stream: its bytes, read at its end
         self.whole: bytearray | None = None
         self.embeddings = 0
+        # kernel-stamped reads: the longest the client took to handle one after it arrived (-1: none)
+        self.client_delay_ns = -1
+        self.coalesced = 0  # reads that carried more than one token-bearing event (they share a time)
 
     def feed(self, raw: bytes, t: int) -> bool:
         """Bytes read from the body at ``t``; True once the stream is decided (more bytes
@@ -84,9 +88,12 @@ class StreamState:
             events = []
             self.done_ns = t
             self.outcome = ("malformed", str(exc))
+        before = len(self.chunk_ns)
         for data in events:
             if self._event(data, t):
                 return True
+        if len(self.chunk_ns) - before > 1:
+            self.coalesced += 1
         return self.outcome is not None
 
     def end(self, t: int) -> Outcome:
@@ -251,6 +258,8 @@ class StreamState:
             tool_call_tokens=self.tool_call_tokens,
             image_bytes=req.image_bytes,
             embeddings=self.embeddings,
+            client_delay_s=self.client_delay_ns / 1e9 if self.client_delay_ns >= 0 else None,
+            coalesced_reads=self.coalesced,
             # a structured answer checked once it is whole (a failed request is not judged)
             valid_json=(valid_json("".join(self.answer.text if self.answer else ()), req.structured)
                         if req.structured is not None and error is None else None),

@@ -49,6 +49,21 @@ class ClientHealth:
     client_bound: bool
     reasons: tuple[str, ...]
     advice: str | None
+    # what timed the answers' bytes: "kernel" (receive stamps: the client's delay, measured per
+    # read, is not in the figures) or "loop" (the event loop's clock, when it got to the socket)
+    clock: str = "loop"
+    client_delay_ms: Spread | None = None  # kernel clock: how long after arriving reads were handled
+    # reads that carried more than one token-bearing event (their tokens share one time)
+    coalesced_reads: int = 0
+
+    @property
+    def effect(self) -> str:
+        """What the client's lag did to the cell's figures."""
+        if self.clock == "kernel" and self.client_delay_ms is not None:
+            return (f"kernel receive stamps kept the client's delay out of its TTFT / ITL (the loop's clock "
+                    f"would have added up to {self.client_delay_ms.p99:.1f} ms at p99, {self.client_delay_ms.max:.1f} "
+                    "ms at most)")
+        return "its TTFT / ITL include the client's own delay"
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -72,7 +87,8 @@ class ClientHealth:
             send_lag_ms=spread(data.get("send_lag_ms")), cpu_s=float(data.get("cpu_s", 0.0)),
             cpu_share_max=float(data.get("cpu_share_max", 0.0)), reads=int(data.get("reads", 0)),
             read_us_mean=data.get("read_us_mean"), client_bound=bool(data.get("client_bound")),
-            reasons=tuple(data.get("reasons") or ()), advice=data.get("advice"),
+            reasons=tuple(data.get("reasons") or ()), advice=data.get("advice"), clock=str(data.get("clock", "loop")),
+            client_delay_ms=spread(data.get("client_delay_ms")), coalesced_reads=int(data.get("coalesced_reads", 0)),
         )
 
 
@@ -116,8 +132,16 @@ def client_health(
         measured = [r for r in records if not r.warmup and r.sent_at is not None]
         send = _stats([(r.sent_at - r.scheduled_at - r.slot_wait_s) * 1e3 for r in measured])  # type: ignore[operator]
     loop = _stats(lags)
+    # where the kernel stamped the reads, the client's delay is measured, not inferred from the loop
+    stamped = [s for s in values if s.delay_max_ms is not None]
+    delay = _stats([x for s in stamped for x in s.delay_ms])
+    if delay is not None:
+        delay = Spread(delay.p50, delay.p99, max(s.delay_max_ms or 0.0 for s in stamped))
+    lag = delay if delay is not None else loop
     reasons = []
-    if loop is not None and loop.p99 > LOOP_LAG_P99_MS:
+    if delay is not None and delay.p99 > LOOP_LAG_P99_MS:
+        reasons.append(f"client delay p99 {delay.p99:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
+    elif delay is None and loop is not None and loop.p99 > LOOP_LAG_P99_MS:
         reasons.append(f"event-loop lag p99 {loop.p99:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
     if send is not None and send.p99 > SEND_LAG_P99_MS:
         reasons.append(f"send lag p99 {send.p99:.1f} ms > {SEND_LAG_P99_MS:g} ms")
@@ -131,7 +155,7 @@ def client_health(
         more = max(workers + 1, math.ceil(workers * max(share, 1.0) / 0.6))
         advice = (f"the client, not the server, limited this cell: set load.workers: {more} "
                   "(or auto), or spread the load over hosts with loadgen locust --master")
-    elif loop is not None and loop.p99 > LOOP_LAG_P99_MS and share < STARVED_SHARE:
+    elif lag is not None and lag.p99 > LOOP_LAG_P99_MS and share < STARVED_SHARE:
         verdict = "starved"
         reasons.append(f"while the client itself used only {share:.0%} of a core")
         who = ", ".join(f"{h.name} (pid {h.pid}, {h.cpu_share:.0%} of a core)" for h in hogs)
@@ -148,5 +172,6 @@ def client_health(
     return ClientHealth(
         verdict=verdict, hogs=hogs, workers=workers, loop_lag_ms=loop, send_lag_ms=send, cpu_s=round(cpu_s, 3),
         cpu_share_max=round(share, 4), reads=reads, read_us_mean=round(read_ms * 1e3 / reads, 3) if reads else None,
-        client_bound=bound, reasons=tuple(reasons), advice=advice,
+        client_bound=bound, reasons=tuple(reasons), advice=advice, clock="kernel" if stamped else "loop",
+        client_delay_ms=delay, coalesced_reads=sum(r.coalesced_reads for r in records if not r.warmup),
     )

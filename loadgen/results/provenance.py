@@ -143,7 +143,7 @@ class Provenance:
         return True
 
     def note(self, **values: object) -> None:
-        """Facts of a Locust run (its workers)."""
+        """Facts of the run beside the others (a Locust run's workers, the clock that timed the bytes)."""
         self._data.update(values)
 
     def ended(self) -> None:

@@ -98,11 +98,18 @@ class ClientReading:
     read_ms: float
     loop_lag_ms: tuple[float, ...]
     hogs: tuple[Hog, ...] | None = None  # only in the sample after a starved one
+    # kernel-timed reads: the client's delay (handled minus arrived) of up to DELAYS_KEPT reads,
+    # evenly taken, the longest of all, and how many reads there were
+    delay_ms: tuple[float, ...] = ()
+    delay_max_ms: float | None = None
+    delayed_reads: int = 0
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         if self.hogs is None:
             del out["hogs"]
+        if self.delay_max_ms is None:
+            del out["delay_ms"], out["delay_max_ms"], out["delayed_reads"]
         return out
 
     @classmethod
@@ -112,6 +119,9 @@ class ClientReading:
             int(data.get("worker", 0)), float(data["wall_s"]), float(data["cpu_s"]), int(data.get("reads", 0)),
             float(data.get("read_ms", 0.0)), tuple(float(x) for x in data.get("loop_lag_ms") or ()),
             None if hogs is None else tuple(Hog.from_dict(h) for h in hogs),
+            tuple(float(x) for x in data.get("delay_ms") or ()),
+            None if data.get("delay_max_ms") is None else float(data["delay_max_ms"]),
+            int(data.get("delayed_reads", 0)),
         )
 
 

@@ -90,6 +90,11 @@ class RequestRecord:
     # times it was sent again on a new connection, the kept-alive one having been closed by the
     # server before any byte of the answer (its times are the first attempt's)
     retries: int = 0
+    # kernel-timed reads (load.clock): the longest the client took to handle one of its reads
+    # after the kernel received it, seconds (None: timed by the loop's clock); the reads that
+    # carried more than one token-bearing event (their tokens share the read's time)
+    client_delay_s: float | None = None
+    coalesced_reads: int = 0
 
     @property
     def ok(self) -> bool:

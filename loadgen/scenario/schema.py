@@ -315,6 +315,7 @@ class Load(_Model):
     # open a fresh connection for every request (TTFT then includes TCP/TLS setup); by default
     # connections are opened before the measured window and kept alive
     new_connection_per_request: bool = False
+    clock: Literal["auto", "kernel", "loop"] = "auto"  # bytes timed by the kernel's receive stamp, or the loop
     # empty the engine's prefix cache before each cell (vLLM POST /reset_prefix_cache, SGLang
     # POST /flush_cache); "never" leaves it, and the server's own counters say what it served
     reset_cache: Literal["never", "between-cells"] = "never"

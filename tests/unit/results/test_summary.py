@@ -21,7 +21,7 @@ OLD_RUN = Path(__file__).resolve().parents[2] / "data" / "rundir-v1"  # written 
 ADDED = {
     "schema_version", "seed", "server_prefix_cache_hit_rate", "cache_reset", "warnings", "slot_wait_s", "verdict", "hogs",
     "request_bounds", "connection_retries", "engine_gap", "ramp_left_out", "margin", "ranges", "likely", "at_edge", "peak_in_flight", "mean_in_flight",
-    "windows", "steady_state", "energy",
+    "windows", "steady_state", "energy", "clock", "client_delay_ms", "coalesced_reads",
     # a cell's server is a fixed schema now, every field written
     *(f.name for f in fields(ServerInfo)),
 }

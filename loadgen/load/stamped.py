@@ -1,0 +1,166 @@
+"""Arrival times from the kernel: a plain TCP connection read with ``recvmsg``, each read's bytes
+with the time the kernel received them (``SO_TIMESTAMPNS``, Linux's software receive stamp).
+
+Why: the asyncio transport hands over bytes when the event loop gets to the socket, so every
+millisecond the loop spends on other streams would land in some stream's TTFT or ITL. With the
+kernel's stamp a token's time is when its bytes arrived, whatever the loop was doing; the gap
+between that stamp and the moment the client handled the read is the client's own delay,
+measured for every read (``ClientStats``).
+
+Limits: TCP merges segments that arrive before a read and keeps the newest one's stamp, so the
+events of one read share a time (the reads that carried more than one event are counted); TLS
+(the kernel stamps the encrypted bytes, and the SSL layer reads them) and systems without the
+option use the loop's clock, and the run says which clock it used.
+
+``StampedTransport`` stands in for the asyncio transport under ``Connection``: ``write``,
+``close``, ``abort``, ``get_extra_info``; it calls the protocol's ``connection_made``,
+``stamped(data, arrived_ns, handled_ns)``, ``eof_received`` and ``connection_lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import sys
+import time
+from collections import deque
+from typing import Any
+
+# Linux's value where Python does not name it (SO_TIMESTAMPNS_OLD: a struct timespec of longs)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+TIMESPEC = struct.Struct("@qq")
+ANCILLARY = socket.CMSG_SPACE(TIMESPEC.size)
+READ_BYTES = 256 * 1024
+
+Clock = str  # "kernel" or "loop"
+
+
+def kernel_clock_problem(tls: bool) -> str | None:
+    """Why kernel receive stamps cannot time this target's bytes (None: they can)."""
+    if not sys.platform.startswith("linux"):
+        return f"kernel receive stamps are read on Linux only (this is {sys.platform})"
+    if tls:
+        return "the target is https: the kernel stamps the encrypted bytes, which the TLS layer reads"
+    return None
+
+
+class StampedTransport:
+    """One non-blocking TCP socket, its reads stamped by the kernel (see the module's notes)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: Any) -> None:
+        self._loop, self._sock, self._protocol = loop, sock, protocol
+        self._fd = sock.fileno()
+        self._out: deque[memoryview] = deque()
+        self._closed = False
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.unstamped = 0  # reads that came without a stamp (timed by the loop's clock)
+        protocol.connection_made(self)
+        loop.add_reader(self._fd, self._readable)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "socket":
+            return self._sock
+        if name == "peername":
+            return self._sock.getpeername()
+        return default
+
+    def is_closing(self) -> bool:
+        return self._closed
+
+    def _readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self._sock.recvmsg(READ_BYTES, ANCILLARY)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        handled = time.perf_counter_ns()
+        if not data:
+            self._loop.remove_reader(self._fd)
+            self._protocol.eof_received()
+            self._lost(None)
+            return
+        arrived = handled
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
+                sec, nsec = TIMESPEC.unpack_from(value)
+                # the stamp is on the wall clock; the run's times are on the monotonic one
+                arrived = sec * 1_000_000_000 + nsec - (time.time_ns() - time.perf_counter_ns())
+                break
+        else:
+            self.unstamped += 1
+        self._protocol.stamped(data, min(arrived, handled), handled)
+
+    def write(self, data: bytes) -> None:
+        if self._closed:
+            return
+        view = memoryview(data)
+        if not self._out:
+            try:
+                sent = self._sock.send(view)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._lost(exc)
+                return
+            view = view[sent:]
+            if not view:
+                return
+            self._loop.add_writer(self._fd, self._writable)
+        self._out.append(view)
+
+    def _writable(self) -> None:
+        while self._out:
+            view = self._out[0]
+            try:
+                sent = self._sock.send(view)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._lost(exc)
+                return
+            if sent < len(view):
+                self._out[0] = view[sent:]
+                return
+            self._out.popleft()
+        self._loop.remove_writer(self._fd)
+
+    def close(self) -> None:
+        self._lost(None)
+
+    def abort(self) -> None:
+        self._lost(None)
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self._fd)
+        if self._out:
+            self._out.clear()
+            self._loop.remove_writer(self._fd)
+        self._sock.close()
+        self._loop.call_soon(self._protocol.connection_lost, exc)
+
+
+async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, protocol: Any) -> StampedTransport:
+    """A connected ``StampedTransport`` to ``host:port`` for ``protocol``."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    error: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return StampedTransport(loop, sock, protocol)
+    raise error or OSError(f"cannot resolve {host}")

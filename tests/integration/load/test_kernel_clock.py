@@ -1,0 +1,77 @@
+"""Token times from the kernel: a client kept busy cannot move them.
+
+The simulator sends each request's role delta at once, its first token 50 ms later and the
+second 10 ms after that. The client busy-waits 30 ms after every read (the test hook that
+starves it), so the second token, which arrives while it is busy, is handled 20 ms late: the
+kernel's receive stamp still gives ITL 10 ms, the loop's clock 30 ms; the 20 ms is the
+client's delay, measured per read and reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from loadgen.cli import app
+from loadgen.load.connection import STARVE_ENV
+from loadgen.results.records import RequestRecord, read_records
+from tests.conftest import StartSim
+
+
+def run(base_url: str, tmp_path: Path, clock: str, name: str) -> tuple[list[RequestRecord], dict, dict, str]:
+    out = tmp_path / name
+    result = CliRunner().invoke(app, [
+        "run", "--base-url", base_url, "--num-prompts", "4", "--input-len", "8", "--output-len", "2",
+        "--set", f"load.clock={clock}", "--set", "load.warmup_requests=0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    records = [r for r in read_records(out / "records.jsonl") if not r.warmup]
+    (cell,) = orjson.loads((out / "summary.json").read_bytes())["cells"]
+    provenance = orjson.loads((out / "provenance.json").read_bytes())
+    return records, cell, provenance, " ".join(result.output.split())
+
+
+def itl_ms(r: RequestRecord) -> float:
+    assert r.chunk_offsets_s
+    assert len(r.chunk_offsets_s) == 2
+    return (r.chunk_offsets_s[1] - r.chunk_offsets_s[0]) * 1e3
+
+
+def test_a_busy_client_keeps_the_true_itl_with_kernel_stamps_and_not_without(
+    start_sim: StartSim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    base_url = start_sim(ttft_ms=50, itl_ms=10)
+    monkeypatch.setenv(STARVE_ENV, "30")
+    stamped, cell, provenance, output = run(base_url, tmp_path, "kernel", "kernel")
+    assert provenance["client_clock"] == {"clock": "kernel", "why_not_kernel": None}
+    for r in stamped:
+        assert itl_ms(r) == pytest.approx(10, abs=1)  # when the second token's bytes arrived
+        assert r.ttft_s == pytest.approx(0.050, abs=0.003)
+        assert r.client_delay_s is not None
+        assert r.client_delay_s * 1e3 == pytest.approx(20, abs=3)  # handled 30 ms after the first, 20 after it came
+    client = cell["client"]
+    assert client["clock"] == "kernel"
+    assert 15 < client["client_delay_ms"]["max"] < 25
+    loop, cell_loop, provenance_loop, _ = run(base_url, tmp_path, "loop", "loop")
+    assert provenance_loop["client_clock"] == {"clock": "loop", "why_not_kernel": "load.clock: loop"}
+    for r in loop:
+        assert itl_ms(r) == pytest.approx(30, abs=3)  # when the busy client got to it
+        assert r.client_delay_s is None
+    assert cell_loop["client"]["clock"] == "loop"
+    assert cell_loop["client"]["client_delay_ms"] is None
+
+
+def test_an_idle_client_says_its_reads_were_handled_at_once(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=20, itl_ms=2)
+    records, cell, _, output = run(base_url, tmp_path, "auto", "auto")  # the default: the kernel's, on Linux
+    assert cell["client"]["clock"] == "kernel"
+    assert all(r.client_delay_s is not None and r.client_delay_s < 0.005 for r in records)
+    assert "self-check ok: the client kept up (kernel receive stamps; reads handled p99" in output
+
+
+def test_kernel_stamps_are_refused_where_the_kernel_cannot_stamp_the_bytes(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, [
+        "run", "--base-url", "https://127.0.0.1:9/v1", "--set", "load.clock=kernel", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2, result.output
+    assert "load.clock kernel: the target is https" in " ".join(result.output.split())
