@@ -19,7 +19,12 @@ Server and client are pinned to separate cores when the machine has them (server
 first, client on the rest). ``--client httpx`` runs the same levels with a minimal client on
 httpx (the transport loadgen used before), the measurement that decided the transport.
 
-    python benchmarks/client_capacity.py [--levels 1,16,64,256,512,1024] [--json FILE]
+    python benchmarks/client_capacity.py [--levels 1,16,64,256,512,1024] [--clock kernel,loop] [--json FILE]
+
+Each level runs with each ``--clock``: ``kernel`` times the bytes by the kernel's receive stamps
+(and prints the client's own delay, p99 and max ms, which those stamps keep out of the figures),
+``loop`` by the event loop's clock. "multi-event reads": the share of reads that carried more
+than one token-bearing event (those tokens share one time on either clock).
 
 Prints figures; asserts nothing about speed.
 """
@@ -103,12 +108,12 @@ def server_truth(kind: str, base_url: str, reset: bool = False) -> dict[str, Any
     return None
 
 
-def scenario_yaml(base_url: str, concurrency: int, per_stream: int, workers: int | str) -> str:
+def scenario_yaml(base_url: str, concurrency: int, per_stream: int, workers: int | str, clock: str) -> str:
     return orjson.dumps({
         "name": f"capacity-c{concurrency}",
         "target": {"base_url": base_url, "api": "completions", "model": "auto"},
         "workload": {"num_prompts": concurrency * per_stream, "input_tokens": 64, "output_tokens": OUTPUT},
-        "load": {"concurrency": concurrency, "warmup_requests": 0, "workers": workers},
+        "load": {"concurrency": concurrency, "warmup_requests": 0, "workers": workers, "clock": clock},
     }).decode()
 
 
@@ -130,10 +135,10 @@ def figures(records: list[Any]) -> dict[str, Any]:
 
 
 def run_loadgen(base_url: str, c: int, per_stream: int, workers: int | str, client_cores: list[int] | None,
-                work: Path) -> dict[str, Any]:
-    scen = work / f"c{c}.yaml"
-    scen.write_text(scenario_yaml(base_url, c, per_stream, workers))
-    out = work / f"run-c{c}"
+                work: Path, clock: str = "auto") -> dict[str, Any]:
+    scen = work / f"c{c}-{clock}.yaml"
+    scen.write_text(scenario_yaml(base_url, c, per_stream, workers, clock))
+    out = work / f"run-c{c}-{clock}"
     pin = (lambda: os.sched_setaffinity(0, set(client_cores))) if client_cores else None
     r = subprocess.run([sys.executable, "-m", "loadgen", "run", str(scen), "--out", str(out)],
                        capture_output=True, text=True, preexec_fn=pin)
@@ -141,9 +146,15 @@ def run_loadgen(base_url: str, c: int, per_stream: int, workers: int | str, clie
         raise SystemExit(f"loadgen run c={c} failed ({r.returncode}): {r.stderr[-2000:]}")
     summary = orjson.loads((out / "summary.json").read_bytes())
     cell = summary["cells"][0]
-    fig = figures(list(read_records(out / "records.jsonl")))
+    records = list(read_records(out / "records.jsonl"))
+    fig = figures(records)
     fig["client"] = cell["client"]
     fig["cpu_s"] = cell["client"]["cpu_s"]
+    fig["clock"] = cell["client"].get("clock", "loop")
+    delay = cell["client"].get("client_delay_ms") or {}
+    fig["delay_p99"], fig["delay_max"] = delay.get("p99"), delay.get("max")
+    reads = cell["client"]["reads"]
+    fig["multi_event_share"] = cell["client"].get("coalesced_reads", 0) / reads if reads else None
     return fig
 
 
@@ -198,6 +209,8 @@ def main() -> None:
     parser.add_argument("--base-url", help="an external OpenAI-compatible server instead (no truth)")
     parser.add_argument("--client", choices=("loadgen", "httpx"), default="loadgen")
     parser.add_argument("--workers", default="1", help="load.workers for loadgen (N or auto)")
+    parser.add_argument("--clock", default="kernel,loop",
+                        help="load.clock values to run each level with, comma separated (kernel, loop, auto)")
     parser.add_argument("--json", type=Path, help="write the table and every figure as JSON here")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -215,14 +228,15 @@ def main() -> None:
         else:
             proc, base_url = start_server(args.server, work, server_core)
         try:
-            for c in levels:
+            clocks = args.clock.split(",") if args.client == "loadgen" else ["loop"]
+            for c, clock in ((c, clock) for c in levels for clock in clocks):
                 before = server_truth(kind, base_url, reset=True)
                 if args.client == "httpx":
                     if client_cores:  # this process is the client
                         os.sched_setaffinity(0, set(client_cores))
                     fig = run_httpx(base_url, c, args.requests_per_stream)
                 else:
-                    fig = run_loadgen(base_url, c, args.requests_per_stream, workers, client_cores, work)
+                    fig = run_loadgen(base_url, c, args.requests_per_stream, workers, client_cores, work, clock)
                 truth = server_truth(kind, base_url)
                 ideal = c * OUTPUT / ((TTFT_MS + (OUTPUT - 1) * ITL_MS) / 1e3)
                 row: dict[str, Any] = {
@@ -270,17 +284,19 @@ def _f(v: Any, fmt: str) -> str:
 
 
 def print_row(r: dict[str, Any], kind: str, header: bool) -> None:
-    cols = ("C", "tokens/s", "ideal", "share", "TTFT p50", "TTFT p99", "TTFT p99 err", "ITL p50", "ITL p99",
-            "ITL p99 err", "CPU s/1k tok", "failed")
+    cols = ("C", "clock", "tokens/s", "ideal", "share", "TTFT p50", "TTFT p99", "TTFT p99 err", "ITL p50", "ITL p99",
+            "ITL p99 err", "CPU s/1k tok", "client delay p99/max", "multi-event reads", "failed")
     if header:
         print(" | ".join(cols))
         print(" | ".join("---" for _ in cols))
     print(" | ".join([
-        str(r["concurrency"]), f"{r['tokens_per_s']:,.0f}", f"{r['ideal_tokens_per_s']:,.0f}",
+        str(r["concurrency"]), r.get("clock", "loop"), f"{r['tokens_per_s']:,.0f}", f"{r['ideal_tokens_per_s']:,.0f}",
         _f(r["achieved_share"] and r["achieved_share"] * 100, ".1f") + "%",
         _f(r["ttft_p50"], ".2f"), _f(r["ttft_p99"], ".2f"), _f(r.get("ttft_p99_error_ms"), "+.2f"),
         _f(r["itl_p50"], ".2f"), _f(r["itl_p99"], ".2f"), _f(r.get("itl_p99_error_ms"), "+.2f"),
-        _f(r["cpu_s_per_1k_tokens"], ".3f"), str(r["failed"]),
+        _f(r["cpu_s_per_1k_tokens"], ".3f"),
+        f"{_f(r.get('delay_p99'), '.2f')}/{_f(r.get('delay_max'), '.1f')}",
+        _f(r.get("multi_event_share") and r["multi_event_share"] * 100, ".1f") + "%", str(r["failed"]),
     ]), flush=True)
 
 

@@ -26,11 +26,22 @@ def test_a_saturated_client_is_reported_client_bound(start_sim: StartSim, tmp_pa
     assert client["verdict"] == "saturated"
     assert client["loop_lag_ms"]["p99"] > 5
     assert client["cpu_share_max"] > 0.9
-    assert any(r.startswith("event-loop lag p99") for r in client["reasons"])
+    # the kernel stamped the reads: the client's delay is measured, and kept out of the figures
+    assert client["clock"] == "kernel"
+    assert client["client_delay_ms"]["p99"] > 5
+    assert any(r.startswith("client delay p99") for r in client["reasons"])
     assert client["read_us_mean"] >= 3000
     assert "load.workers: 2" in client["advice"]
-    assert "was client-bound (event-loop lag p99" in stderr
+    assert "was client-bound (client delay p99" in stderr
+    assert "kernel receive stamps kept the client's delay out of its TTFT / ITL" in " ".join(stderr.split())
     assert "load.workers" in stderr
+    # on the loop's clock the same starved client is judged by its loop's lag, and its figures carry it
+    body["load"]["clock"] = "loop"
+    run_dir, stderr = run(tmp_path, "starved-loop", body, env={"LOADGEN_TEST_CHUNK_DELAY_MS": "3"})
+    client = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]["client"]
+    assert (client["clock"], client["client_delay_ms"], client["verdict"]) == ("loop", None, "saturated")
+    assert any(r.startswith("event-loop lag p99") for r in client["reasons"])
+    assert "its TTFT / ITL include the client's own delay" in " ".join(stderr.split())
 
 
 def test_a_light_run_is_not_flagged(start_sim: StartSim, tmp_path: Path) -> None:
