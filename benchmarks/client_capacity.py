@@ -19,12 +19,15 @@ Server and client are pinned to separate cores when the machine has them (server
 first, client on the rest). ``--client httpx`` runs the same levels with a minimal client on
 httpx (the transport loadgen used before), the measurement that decided the transport.
 
-    python benchmarks/client_capacity.py [--levels 1,16,64,256,512,1024] [--clock kernel,loop] [--json FILE]
+    python benchmarks/client_capacity.py [--levels 1,16,64,256,512,1024] [--clock kernel,loop] [--reference]
+        [--json FILE]
 
 Each level runs with each ``--clock``: ``kernel`` times the bytes by the kernel's receive stamps
 (and prints the client's own delay, p99 and max ms, which those stamps keep out of the figures),
 ``loop`` by the event loop's clock. "multi-event reads": the share of reads that carried more
-than one token-bearing event (those tokens share one time on either clock).
+than one token-bearing event (those tokens share one time on either clock). ``--reference`` adds
+a row per level for a minimal compiled client (benchmarks/fastsim/refclient.c: epoll, kernel
+stamps, no HTTP parser): the floor loadgen is held against.
 
 Prints figures; asserts nothing about speed.
 """
@@ -57,13 +60,35 @@ def cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def build_fastsim(work: Path) -> Path | None:
+def build_fastsim(work: Path, name: str = "fastsim") -> Path | None:
+    """benchmarks/fastsim/NAME.c compiled (the server, or the reference client ``refclient``)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None
-    exe = work / "fastsim"
-    subprocess.run([cc, "-O2", "-o", str(exe), str(HERE / "fastsim" / "fastsim.c")], check=True)
+    exe = work / name
+    subprocess.run([cc, "-O2", "-o", str(exe), str(HERE / "fastsim" / f"{name}.c")], check=True)
     return exe
+
+
+def run_reference(base_url: str, c: int, per_stream: int, client_cores: list[int] | None, work: Path) -> dict[str, Any]:
+    """The same closed loop on the minimal compiled client (kernel-stamped reads, no parser)."""
+    exe = build_fastsim(work, "refclient")
+    if exe is None:
+        raise SystemExit("no C compiler (cc) to build benchmarks/fastsim/refclient.c")
+    port = base_url.removesuffix("/v1").rsplit(":", 1)[1]
+    pin = (lambda: os.sched_setaffinity(0, set(client_cores))) if client_cores else None
+    done = subprocess.run([str(exe), port, str(c), str(per_stream), str(OUTPUT)], capture_output=True, check=True,
+                          preexec_fn=pin)
+    out = orjson.loads(done.stdout)
+    ttft, itl = np.asarray(out["ttft_us"]) / 1e3, np.asarray(out["itl_us"]) / 1e3
+    return {
+        "requests": out["requests"], "failed": c * per_stream - out["requests"], "tokens": out["tokens"],
+        "tokens_per_s": out["tokens"] / out["span_s"] if out["span_s"] else 0.0,
+        "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p99": float(np.percentile(ttft, 99)),
+        "itl_p50": float(np.percentile(itl, 50)), "itl_p99": float(np.percentile(itl, 99)),
+        "cpu_s": out["cpu_s"], "client": None, "clock": "reference",
+        "multi_event_share": out["multi_event_reads"] / out["reads"] if out["reads"] else None,
+    }
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
@@ -119,7 +144,8 @@ def scenario_yaml(base_url: str, concurrency: int, per_stream: int, workers: int
 
 def figures(records: list[Any]) -> dict[str, Any]:
     """Reported TTFT / ITL percentiles (ms), output tokens and achieved tokens/s from records."""
-    ok = [r for r in records if r.ok and not r.warmup]
+    records = [r for r in records if not r.warmup and r.request_id >= 0]  # (not the calibration's probes)
+    ok = [r for r in records if r.ok]
     ttft = np.array([(r.first_token_at - r.sent_at) * 1e3 for r in ok])
     gaps = np.concatenate([np.diff(np.asarray(r.chunk_offsets_s)) * 1e3 for r in ok]) if ok else np.array([])
     tokens = sum(r.output_tokens for r in ok)
@@ -211,6 +237,8 @@ def main() -> None:
     parser.add_argument("--workers", default="1", help="load.workers for loadgen (N or auto)")
     parser.add_argument("--clock", default="kernel,loop",
                         help="load.clock values to run each level with, comma separated (kernel, loop, auto)")
+    parser.add_argument("--reference", action="store_true",
+                        help="run each level on the minimal compiled client too (benchmarks/fastsim/refclient.c)")
     parser.add_argument("--json", type=Path, help="write the table and every figure as JSON here")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -229,9 +257,13 @@ def main() -> None:
             proc, base_url = start_server(args.server, work, server_core)
         try:
             clocks = args.clock.split(",") if args.client == "loadgen" else ["loop"]
+            if args.reference and not args.base_url:
+                clocks.append("reference")
             for c, clock in ((c, clock) for c in levels for clock in clocks):
                 before = server_truth(kind, base_url, reset=True)
-                if args.client == "httpx":
+                if clock == "reference":
+                    fig = run_reference(base_url, c, args.requests_per_stream, client_cores, work)
+                elif args.client == "httpx":
                     if client_cores:  # this process is the client
                         os.sched_setaffinity(0, set(client_cores))
                     fig = run_httpx(base_url, c, args.requests_per_stream)
