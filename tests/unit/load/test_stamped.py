@@ -1,0 +1,85 @@
+"""The kernel-stamped transport on its own, against a plain TCP server on loopback: a body far
+larger than the socket's buffer goes out whole, each read comes with a stamp no later than its
+handling (and as old as the bytes), and the server's close is an end of file, then a loss."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from loadgen.load.stamped import StampedTransport, open_stamped
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.transport: Any = None
+        self.reads: list[tuple[bytes, int, int]] = []
+        self.eof = False
+        self.lost: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def stamped(self, data: bytes, arrived: int, handled: int) -> None:
+        self.reads.append((data, arrived, handled))
+
+    def eof_received(self) -> None:
+        self.eof = True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.set_result(exc)
+
+
+def test_a_large_write_a_stamped_answer_and_the_servers_close() -> None:
+    async def main() -> None:
+        got = bytearray()
+        size = 8 << 20  # far beyond the socket buffers: written as the socket drains
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while len(got) < size:
+                got.extend(await reader.read(1 << 20))
+            writer.write(b"first")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"second")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        rec = Recorder()
+        transport = await open_stamped(asyncio.get_running_loop(), "127.0.0.1", port, rec)
+        assert isinstance(transport, StampedTransport)
+        assert rec.transport is transport
+        transport.write(b"x" * size)
+        assert await asyncio.wait_for(rec.lost, 10) is None
+        assert len(got) == size
+        assert b"".join(d for d, _, _ in rec.reads) == b"firstsecond"
+        assert rec.eof
+        assert transport.unstamped == 0
+        for _, arrived, handled in rec.reads:
+            assert arrived <= handled <= time.perf_counter_ns()
+        # the second read's bytes left 50 ms after the first's (read on its own): the stamps say so
+        assert [d for d, _, _ in rec.reads] == [b"first", b"second"]
+        gap = (rec.reads[1][1] - rec.reads[0][1]) / 1e6
+        assert 45 < gap < 150
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_a_refused_connection_is_an_os_error() -> None:
+    async def main() -> None:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+        try:
+            await open_stamped(asyncio.get_running_loop(), "127.0.0.1", port, Recorder())
+        except OSError:
+            return
+        raise AssertionError("connected to a closed port")
+
+    asyncio.run(main())
