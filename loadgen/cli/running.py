@@ -159,7 +159,8 @@ def self_check_line(summary: Any) -> str | None:
     clock = ""
     if delays:  # the kernel stamped the reads: the client's own delay is measured, and kept out
         clock = f"; reads kernel-timed, handled p99 {max(d.p99 for d in delays):.2f} ms after arrival"
-    return f"self-check ok: the client kept up{cores}{clock}"
+    merged = [m for c in cells if (m := c.client.coalesced) is not None]
+    return f"self-check ok: the client kept up{cores}{clock}" + (f"; {merged[0]}" if merged else "")
 
 
 def gpu_dead_end(sc: Any, scenario: Path, sets: list[str]) -> None:

@@ -95,14 +95,18 @@ class Connection(asyncio.Protocol):
     def _read(self, data: bytes, t: int, handled: int) -> None:
         """One read: ``t`` is when its bytes arrived (the kernel's stamp, or the loop's clock)."""
         self._t = t
-        if self.ex is not None:
-            self.ex.last_ns = t
-            self.ex.answered = True
+        ex = self.ex
+        if ex is not None:
+            ex.last_ns = t
+            ex.answered = True
+            before = len(ex.st.chunk_ns)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail("reset" if self.ex is None or self.ex.st.status is None else "stream_cut",
                        f"invalid HTTP response: {exc}")
+        if ex is not None and len(ex.st.chunk_ns) - before > 1:
+            ex.st.coalesced += 1  # several tokens in one read: they share its time
         if self._starve_s:
             end = time.perf_counter() + self._starve_s
             while time.perf_counter() < end:

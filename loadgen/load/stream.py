@@ -88,12 +88,9 @@ class StreamState:
             events = []
             self.done_ns = t
             self.outcome = ("malformed", str(exc))
-        before = len(self.chunk_ns)
         for data in events:
             if self._event(data, t):
                 return True
-        if len(self.chunk_ns) - before > 1:
-            self.coalesced += 1
         return self.outcome is not None
 
     def end(self, t: int) -> Outcome:

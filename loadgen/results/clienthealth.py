@@ -57,13 +57,24 @@ class ClientHealth:
     coalesced_reads: int = 0
 
     @property
+    def coalesced(self) -> str | None:
+        """The reads that carried several tokens, when they were over 1% of the reads: those tokens
+        share one time, so the gaps before them read long and the gaps between them zero."""
+        if not self.reads or self.coalesced_reads / self.reads <= 0.01:
+            return None
+        return (f"{self.coalesced_reads / self.reads:.1%} of reads carried several tokens (TCP merged them before "
+                "the client read them): those tokens share one time, on any clock")
+
+    @property
     def effect(self) -> str:
         """What the client's lag did to the cell's figures."""
         if self.clock == "kernel" and self.client_delay_ms is not None:
-            return (f"kernel receive stamps kept the client's delay out of its TTFT / ITL (the loop's clock "
+            said = (f"kernel receive stamps kept the client's delay out of its TTFT / ITL (the loop's clock "
                     f"would have added up to {self.client_delay_ms.p99:.1f} ms at p99, {self.client_delay_ms.max:.1f} "
                     "ms at most)")
-        return "its TTFT / ITL include the client's own delay"
+        else:
+            said = "its TTFT / ITL include the client's own delay"
+        return said if self.coalesced is None else f"{said}; {self.coalesced}"
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)

@@ -18,6 +18,7 @@ from loadgen.cli import app
 from loadgen.load.connection import STARVE_ENV
 from loadgen.results.records import RequestRecord, read_records
 from tests.conftest import StartSim
+from tests.integration.load.test_sim_accuracy import sim_metrics
 
 
 def run(base_url: str, tmp_path: Path, clock: str, name: str) -> tuple[list[RequestRecord], dict, dict, str]:
@@ -44,15 +45,18 @@ def test_a_busy_client_keeps_the_true_itl_with_kernel_stamps_and_not_without(
     base_url = start_sim(ttft_ms=50, itl_ms=10)
     monkeypatch.setenv(STARVE_ENV, "30")
     stamped, cell, provenance, output = run(base_url, tmp_path, "kernel", "kernel")
+    # the simulator's own lateness on a busy machine moves the truth itself: allowed for
+    late_ms = sim_metrics(base_url)["loadgen_sim_chunk_lateness_seconds_max"] * 1e3
     assert provenance["client_clock"] == {"clock": "kernel", "why_not_kernel": None}
     for r in stamped:
-        assert itl_ms(r) == pytest.approx(10, abs=1)  # when the second token's bytes arrived
-        assert r.ttft_s == pytest.approx(0.050, abs=0.003)
+        assert itl_ms(r) == pytest.approx(10, abs=1 + late_ms)  # when the second token's bytes arrived
+        assert r.ttft_s == pytest.approx(0.050, abs=0.003 + late_ms / 1e3)
         assert r.client_delay_s is not None
-        assert r.client_delay_s * 1e3 == pytest.approx(20, abs=3)  # handled 30 ms after the first, 20 after it came
+        # handled 30 ms after the first token's read, 20 after it came
+        assert r.client_delay_s * 1e3 == pytest.approx(20, abs=3 + late_ms)
     client = cell["client"]
     assert client["clock"] == "kernel"
-    assert 15 < client["client_delay_ms"]["max"] < 25
+    assert 17 - late_ms < client["client_delay_ms"]["max"] < 23 + late_ms
     loop, cell_loop, provenance_loop, _ = run(base_url, tmp_path, "loop", "loop")
     assert provenance_loop["client_clock"] == {"clock": "loop", "why_not_kernel": "load.clock: loop"}
     for r in loop:
@@ -66,7 +70,8 @@ def test_an_idle_client_says_its_reads_were_handled_at_once(start_sim: StartSim,
     base_url = start_sim(ttft_ms=20, itl_ms=2)
     records, cell, _, output = run(base_url, tmp_path, "auto", "auto")  # the default: the kernel's, on Linux
     assert cell["client"]["clock"] == "kernel"
-    assert all(r.client_delay_s is not None and r.client_delay_s < 0.005 for r in records)
+    assert all(r.client_delay_s is not None for r in records)
+    assert cell["client"]["client_delay_ms"]["p50"] < 5  # (an idle client handles a read at once)
     assert "self-check ok: the client kept up" in output
     assert "reads kernel-timed, handled p99" in output
 
@@ -76,3 +81,26 @@ def test_kernel_stamps_are_refused_where_the_kernel_cannot_stamp_the_bytes(tmp_p
         "run", "--base-url", "https://127.0.0.1:9/v1", "--set", "load.clock=kernel", "--out", str(tmp_path / "r")])
     assert result.exit_code == 2, result.output
     assert "load.clock kernel: the target is https" in " ".join(result.output.split())
+
+
+def test_reads_that_carried_several_tokens_are_counted_and_said(
+    start_sim: StartSim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tokens 5 ms apart to a client busy 30 ms after each read: several arrive while it is busy
+    and TCP hands them over in one read, which the records and the self-check count."""
+    base_url = start_sim(ttft_ms=20, itl_ms=5)
+    monkeypatch.setenv(STARVE_ENV, "30")
+    out = tmp_path / "merged"
+    result = CliRunner().invoke(app, [
+        "run", "--base-url", base_url, "--num-prompts", "2", "--input-len", "8", "--output-len", "12",
+        "--set", "load.warmup_requests=0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    records = [r for r in read_records(out / "records.jsonl") if not r.warmup]
+    for r in records:
+        assert r.coalesced_reads >= 1
+        assert len(r.chunk_offsets_s) == 12
+        # tokens of one read share its time: zero gaps
+        assert sum(b == a for a, b in zip(r.chunk_offsets_s, r.chunk_offsets_s[1:], strict=False)) >= 1
+    (cell,) = orjson.loads((out / "summary.json").read_bytes())["cells"]
+    assert cell["client"]["coalesced_reads"] == sum(r.coalesced_reads for r in records)
+    assert "of reads carried several tokens" in " ".join(result.output.split())
