@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from loadgen.results.clienthealth import client_health
 from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
@@ -51,3 +53,42 @@ def test_each_threshold_names_itself() -> None:
 
 def test_nothing_sampled() -> None:
     assert client_health([], [], False) is None
+
+
+def stamped(worker: int, cpu: float, delays: list[float], delay_max: float, reads: int = 100) -> Sample:
+    """A kernel-clock reading: the loop lagged 40 ms, the reads were handled ``delays`` after arriving."""
+    return Sample(0, 0.0, ClientReading(worker, 1.0, cpu, reads, 1.0, (40.0,), None, tuple(delays), delay_max,
+                                        len(delays)))
+
+
+def test_with_kernel_stamps_the_verdict_is_judged_on_the_measured_delay() -> None:
+    # 100 delays: 99 of 1 ms and one of 9 ms (the sampled max); the longest of all was 12 ms
+    out = client_health([stamped(0, 0.3, [1.0] * 99 + [9.0], 12.0)], [], False)
+    assert out is not None
+    assert out.clock == "kernel"
+    assert out.client_delay_ms is not None
+    assert out.client_delay_ms.p50 == 1.0
+    assert abs(out.client_delay_ms.p99 - (1.0 + 0.01 * 8.0)) < 1e-9  # 1 + (99 * 0.99 - 98) x 8
+    assert out.client_delay_ms.max == 12.0  # the interval's own maximum, not the sample's
+    # the loop lagged 40 ms, but the reads were handled within 1.08 ms at p99: no lag reason
+    assert out.client_bound is False
+    assert out.reasons == ()
+
+
+def test_a_starved_client_with_kernel_stamps_says_its_figures_do_not_carry_the_delay() -> None:
+    records = [replace(rec(i, 0.0, 0.0), coalesced_reads=3) for i in range(2)]
+    out = client_health([stamped(0, 0.1, [20.0] * 100, 31.0)], records, False)
+    assert out is not None
+    assert out.verdict == "starved"
+    assert out.reasons[0] == "client delay p99 20.0 ms > 5 ms"
+    assert out.effect == ("kernel receive stamps kept the client's delay out of its TTFT / ITL (the loop's clock would "
+                          "have added up to 20.0 ms at p99, 31.0 ms at most); 6.0% of reads carried several tokens "
+                          "(TCP merged them before the client read them): those tokens share one time, on any clock")
+    assert out.coalesced_reads == 6
+
+
+def test_on_the_loop_clock_the_figures_carry_the_lag() -> None:
+    out = client_health([sample(0, 0.95, 1.0, [30.0] * 10)], [], False)
+    assert out is not None
+    assert (out.clock, out.client_delay_ms) == ("loop", None)
+    assert out.effect == "its TTFT / ITL include the client's own delay"
