@@ -126,8 +126,8 @@ def run(
 
         for path in write_capacity_plots(summary, result.run_dir):
             err().print(f"wrote {path}", markup=False, highlight=False)
-    if (verdict := self_check_line(summary)) is not None:
-        err().print(verdict, markup=False, highlight=False, soft_wrap=True)
+    for line in self_check_lines(summary):
+        err().print(line, markup=False, highlight=False, soft_wrap=True)
     failed = [c for c in summary.cells if c.status == "failed"]
     reasons: dict[str, list[int]] = {}
     for c in failed:  # one line per reason, naming its cells
@@ -145,22 +145,26 @@ def run(
         raise typer.Exit(130)
 
 
-def self_check_line(summary: Any) -> str | None:
-    """One line when every measured cell's self-check found nothing: the client kept up and, where
-    they were watched, the engine's cores had no other program (a problem is its own warning)."""
+def self_check_lines(summary: Any) -> list[str]:
+    """Short lines when every measured cell's self-check found nothing: the client kept up and, where
+    they were watched, the engine's cores had no other program (a problem is its own warning);
+    then how soon the client handled the kernel-timed reads, and the reads TCP merged."""
     cells = [c for c in summary.measured if c.client is not None]
     if not cells or any(c.client.client_bound for c in cells):
-        return None
+        return []
     watched = [c.engine_cores for c in cells if c.engine_cores is not None]
     if any(w.starved for w in watched):
-        return None
+        return []
     cores = f"; the engine's cores {','.join(map(str, watched[0].cores))} had no other program" if watched else ""
-    delays = [c.client.client_delay_ms for c in cells if c.client.client_delay_ms is not None]
-    clock = ""
-    if delays:  # the kernel stamped the reads: the client's own delay is measured, and kept out
-        clock = f"; reads kernel-timed, handled p99 {max(d.p99 for d in delays):.2f} ms after arrival"
-    merged = [m for c in cells if (m := c.client.coalesced) is not None]
-    return f"self-check ok: the client kept up{cores}{clock}" + (f"; {merged[0]}" if merged else "")
+    lines = [f"self-check ok: the client kept up{cores}"]
+    if delays := [c.client.client_delay_ms for c in cells if c.client.client_delay_ms is not None]:
+        # the kernel stamped the reads: the client's own delay is measured, and kept out
+        lines.append(f"self-check: reads kernel-timed, handled p99 {max(d.p99 for d in delays):.2f} ms after arrival")
+    merged = [c.client for c in cells if c.client.coalesced is not None]
+    if merged:
+        share = max(c.coalesced_reads / c.reads for c in merged)
+        lines.append(f"self-check: {share:.1%} of reads carried several tokens, which share one time")
+    return lines
 
 
 def gpu_dead_end(sc: Any, scenario: Path, sets: list[str]) -> None:

@@ -33,7 +33,7 @@ from loadgen.errors import UsageError
 from loadgen.load.connection import CLOSE_HABIT_NS, STARVE_ENV, ClientStats, Connection, Exchange, readable
 from loadgen.load.limits import CLIENT_ERRNOS
 from loadgen.load.sidecall import side_call, side_client
-from loadgen.load.stamped import kernel_clock_problem, open_stamped
+from loadgen.load.stamped import StampedPoller, kernel_clock_problem, open_stamped
 from loadgen.load.stream import Outcome, StreamState
 from loadgen.results.records import FailureClass, RequestRecord
 from loadgen.scenario.schema import Target, default_total_s, split_userinfo
@@ -109,6 +109,7 @@ class StreamingClient:
             raise UsageError(f"load.clock kernel: {problem}; set load.clock: auto (or loop)")
         self.clock_note = "load.clock: loop" if config.clock == "loop" else problem
         self.clock = "loop" if self.clock_note is not None else "kernel"
+        self._poller: StampedPoller | None = None  # the stamped sockets' epoll set, made on first use
 
     async def __aenter__(self) -> StreamingClient:
         return self
@@ -123,6 +124,9 @@ class StreamingClient:
         self._all.clear()
         self._free.clear()
         await asyncio.sleep(0)
+        if self._poller is not None:
+            self._poller.close()
+            self._poller = None
 
     async def fetch_models(self) -> Unchecked:
         """``GET {base_url}/models``, bounded; raises ``httpx.HTTPError`` or ``ValueError``."""
@@ -141,8 +145,10 @@ class StreamingClient:
             self._ssl = httpx.create_ssl_context(verify=self._verify)
         async with asyncio.timeout(self._connect_s):
             if self.clock == "kernel":
+                if self._poller is None or self._poller.loop is not loop:
+                    self._poller = StampedPoller(loop)
                 conn = Connection(self.stats, self._starve_s)
-                await open_stamped(loop, self._host, self._port, conn)
+                await open_stamped(self._poller, self._host, self._port, conn)
             else:
                 _, conn = await loop.create_connection(
                     lambda: Connection(self.stats, self._starve_s), self._host, self._port,

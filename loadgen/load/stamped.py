@@ -15,11 +15,17 @@ option use the loop's clock, and the run says which clock it used.
 ``StampedTransport`` stands in for the asyncio transport under ``Connection``: ``write``,
 ``close``, ``abort``, ``get_extra_info``; it calls the protocol's ``connection_made``,
 ``stamped(data, arrived_ns, handled_ns)``, ``eof_received`` and ``connection_lost``.
+
+The sockets are watched by an epoll set of their own (``StampedPoller``), itself watched by the
+event loop: one wake-up hands over every ready socket, and a socket's error (a reset) is a
+readable event whose read raises it, where uvloop's own watch of a socket would drop the watch
+and never call back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
 import sys
@@ -45,18 +51,47 @@ def kernel_clock_problem(tls: bool) -> str | None:
     return None
 
 
+class StampedPoller:
+    """The epoll set of one event loop's stamped sockets, read when the loop finds it ready."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._epoll = select.epoll()
+        self._transports: dict[int, StampedTransport] = {}
+        loop.add_reader(self._epoll.fileno(), self._ready)
+
+    def watch(self, fd: int, transport: StampedTransport) -> None:
+        self._transports[fd] = transport
+        self._epoll.register(fd, select.EPOLLIN)
+
+    def forget(self, fd: int) -> None:
+        if self._transports.pop(fd, None) is not None:
+            self._epoll.unregister(fd)
+
+    def _ready(self) -> None:
+        for fd, _ in self._epoll.poll(0):
+            transport = self._transports.get(fd)
+            if transport is not None:
+                transport.readable()
+
+    def close(self) -> None:
+        self.loop.remove_reader(self._epoll.fileno())
+        self._epoll.close()
+        self._transports.clear()
+
+
 class StampedTransport:
     """One non-blocking TCP socket, its reads stamped by the kernel (see the module's notes)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: Any) -> None:
-        self._loop, self._sock, self._protocol = loop, sock, protocol
+    def __init__(self, poller: StampedPoller, sock: socket.socket, protocol: Any) -> None:
+        self._loop, self._poller, self._sock, self._protocol = poller.loop, poller, sock, protocol
         self._fd = sock.fileno()
         self._out: deque[memoryview] = deque()
         self._closed = False
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.unstamped = 0  # reads that came without a stamp (timed by the loop's clock)
         protocol.connection_made(self)
-        loop.add_reader(self._fd, self._readable)
+        poller.watch(self._fd, self)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "socket":
@@ -68,7 +103,7 @@ class StampedTransport:
     def is_closing(self) -> bool:
         return self._closed
 
-    def _readable(self) -> None:
+    def readable(self) -> None:
         try:
             data, ancillary, _, _ = self._sock.recvmsg(READ_BYTES, ANCILLARY)
         except (BlockingIOError, InterruptedError):
@@ -78,7 +113,7 @@ class StampedTransport:
             return
         handled = time.perf_counter_ns()
         if not data:
-            self._loop.remove_reader(self._fd)
+            self._poller.forget(self._fd)
             self._protocol.eof_received()
             self._lost(None)
             return
@@ -137,7 +172,7 @@ class StampedTransport:
         if self._closed:
             return
         self._closed = True
-        self._loop.remove_reader(self._fd)
+        self._poller.forget(self._fd)
         if self._out:
             self._out.clear()
             self._loop.remove_writer(self._fd)
@@ -145,8 +180,9 @@ class StampedTransport:
         self._loop.call_soon(self._protocol.connection_lost, exc)
 
 
-async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, protocol: Any) -> StampedTransport:
+async def open_stamped(poller: StampedPoller, host: str, port: int, protocol: Any) -> StampedTransport:
     """A connected ``StampedTransport`` to ``host:port`` for ``protocol``."""
+    loop = poller.loop
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     error: OSError | None = None
     for family, kind, proto, _, address in infos:
@@ -162,5 +198,5 @@ async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, pr
         except BaseException:
             sock.close()
             raise
-        return StampedTransport(loop, sock, protocol)
+        return StampedTransport(poller, sock, protocol)
     raise error or OSError(f"cannot resolve {host}")

@@ -5,10 +5,14 @@ handling (and as old as the bytes), and the server's close is an end of file, th
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from typing import Any
 
-from loadgen.load.stamped import StampedTransport, open_stamped
+import pytest
+
+from loadgen.load.stamped import StampedPoller, StampedTransport, open_stamped
 
 
 class Recorder:
@@ -49,7 +53,8 @@ def test_a_large_write_a_stamped_answer_and_the_servers_close() -> None:
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         rec = Recorder()
-        transport = await open_stamped(asyncio.get_running_loop(), "127.0.0.1", port, rec)
+        poller = StampedPoller(asyncio.get_running_loop())
+        transport = await open_stamped(poller, "127.0.0.1", port, rec)
         assert isinstance(transport, StampedTransport)
         assert rec.transport is transport
         transport.write(b"x" * size)
@@ -77,9 +82,46 @@ def test_a_refused_connection_is_an_os_error() -> None:
         server.close()
         await server.wait_closed()
         try:
-            await open_stamped(asyncio.get_running_loop(), "127.0.0.1", port, Recorder())
+            await open_stamped(StampedPoller(asyncio.get_running_loop()), "127.0.0.1", port, Recorder())
         except OSError:
             return
         raise AssertionError("connected to a closed port")
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+def test_a_reset_is_seen_at_once_on_either_loop(loop_kind: str) -> None:
+    """A server that resets the connection (RST) after its first bytes: the transport reports the
+    loss at once, on uvloop as on asyncio's own loop (uvloop's watch of a socket in error would
+    drop it without a call)."""
+
+    async def main() -> None:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(10)
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        rec = Recorder()
+        transport = await open_stamped(StampedPoller(asyncio.get_running_loop()), "127.0.0.1", port, rec)
+        transport.write(b"hello")
+        started = time.perf_counter()
+        lost = await asyncio.wait_for(rec.lost, 5)
+        assert time.perf_counter() - started < 1
+        assert isinstance(lost, ConnectionResetError)
+        assert [d for d, _, _ in rec.reads] == [b"x"]
+        server.close()
+        await server.wait_closed()
+
+    if loop_kind == "uvloop":
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
