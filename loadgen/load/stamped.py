@@ -25,6 +25,7 @@ and never call back.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import select
 import socket
 import struct
@@ -183,7 +184,12 @@ class StampedTransport:
 async def open_stamped(poller: StampedPoller, host: str, port: int, protocol: Any) -> StampedTransport:
     """A connected ``StampedTransport`` to ``host:port`` for ``protocol``."""
     loop = poller.loop
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    try:  # an address is used as it is: no lookup in the resolver's thread
+        ip = ipaddress.ip_address(host)
+        infos: list[Any] = [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, socket.SOCK_STREAM, 0, "",
+                             (host, port))]
+    except ValueError:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     error: OSError | None = None
     for family, kind, proto, _, address in infos:
         sock = socket.socket(family, kind, proto)
