@@ -119,7 +119,8 @@ def _throughput_line(m: CellMetrics) -> str:
             + ("" if m.tool_calls.as_expected is None else
                f"; as the session file expected in {m.tool_calls.as_expected:.0%} of {m.tool_calls.expected_turns} "
                "turns")]),
-        *([] if m.embeddings_per_s is not None else [f"tokens from {m.token_count_source}"]),
+        *([] if m.embeddings_per_s is not None or m.token_count_source is None
+          else [f"tokens from {m.token_count_source}"]),
     ]
     if m.slo is not None:
         attained = "-" if m.slo_attained is None else f"{m.slo_attained:.1%}"
