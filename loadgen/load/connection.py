@@ -68,6 +68,7 @@ class Connection(asyncio.Protocol):
         self._t = 0
         self._until_close = False
         self._html = False  # the answer says it is a web page, not an event stream
+        self._body: list[bytes] = []  # this read's pieces of the stream, fed once the read is parsed
         self._starve_s = starve_s
         self.answered_ns = 0  # when its last answer ended (0: none yet)
         self.closed_cleanly = False
@@ -103,8 +104,11 @@ class Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            self._feed()
             self._fail("reset" if self.ex is None or self.ex.st.status is None else "stream_cut",
                        f"invalid HTTP response: {exc}")
+        else:
+            self._feed()
         if ex is not None and len(ex.st.chunk_ns) - before > 1:
             ex.st.coalesced += 1  # several tokens in one read: they share its time
         if self._starve_s:
@@ -162,7 +166,18 @@ class Connection(asyncio.Protocol):
         if ex.body is not None:
             ex.body.append(body)
             return
+        self._body.append(body)
+
+    def _feed(self) -> None:
+        """The read's pieces of the stream (an HTTP chunk each: one per token, where TCP merged
+        several) to its parser at once."""
+        pieces = self._body
+        ex = self.ex
+        if not pieces or ex is None:
+            return
         st = ex.st
+        body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()
         if st.feed(body, self._t) and st.outcome != (None, None) and not ex.done.done():
             # a failure decided mid-stream: stop reading, the connection is dropped
             assert st.outcome is not None
@@ -170,6 +185,7 @@ class Connection(asyncio.Protocol):
             self.abort()
 
     def on_message_complete(self) -> None:
+        self._feed()
         ex = self.ex
         self.reusable = self._parser.should_keep_alive()  # Connection: close (or HTTP/1.0) is honoured
         self.answered_ns = self._t

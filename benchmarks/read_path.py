@@ -1,0 +1,114 @@
+"""The client's CPU per token on its read path, without a network: what one core can parse.
+
+A streamed completions answer as an OpenAI-compatible server sends it (HTTP/1.1 chunked, one SSE
+event per token, usage on every chunk, ``[DONE]``) is fed to loadgen's ``Connection`` exactly as
+the stamped transport hands over a read: ``stamped(bytes, arrived, handled)``. Each answer's
+``--tokens`` events are read ``--per-read`` at a time (1: each token its own read, as at low load;
+4: what TCP merges at C=1024 on one client core). The figure is CPU microseconds per token for
+the whole path (HTTP parser, SSE parser, chunk reader, token bookkeeping, the request's record);
+the kernel's share of a real read (``recvmsg``) is not in it: ``client_capacity.py`` measures the
+whole client against a server.
+
+    python benchmarks/read_path.py [--tokens 256] [--per-read 1,4] [--answers 2000]
+
+Prints figures; asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+import orjson
+
+from loadgen.load.connection import ClientStats, Connection, Exchange
+from loadgen.load.stream import StreamState
+from loadgen.workload.payload import PreparedRequest
+
+HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+        b"connection: keep-alive\r\n\r\n")
+
+
+def event(i: int, tokens: int) -> bytes:
+    body = {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "text": " tok", "logprobs": None,
+                         "finish_reason": "length" if i == tokens else None}],
+            "usage": {"prompt_tokens": 64, "completion_tokens": i, "total_tokens": 64 + i}}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def reads_of(tokens: int, per_read: int) -> list[bytes]:
+    """One answer as the reads a client gets: the head with the first read, ``per_read`` events each."""
+    events = [chunked(event(i, tokens)) for i in range(1, tokens + 1)] + [chunked(b"data: [DONE]\n\n"), b"0\r\n\r\n"]
+    reads = [b"".join(events[i:i + per_read]) for i in range(0, len(events), per_read)]
+    reads[0] = HEAD + reads[0]
+    return reads
+
+
+class Transport:
+    """What ``Connection`` writes to: nothing (the answer is already in memory)."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def abort(self) -> None:
+        pass
+
+    close = abort
+
+
+def measure(tokens: int, per_read: int, answers: int) -> tuple[float, float]:
+    """(CPU µs per token, of which building the records) for ``answers`` answers."""
+    loop = asyncio.new_event_loop()
+    reads = reads_of(tokens, per_read)
+    req = PreparedRequest(0, b"{}", 64, tokens)
+    stats = ClientStats()
+    conn = Connection(stats, 0.0)
+    conn.connection_made(Transport())  # type: ignore[arg-type]
+    record_ns = 0
+    start = time.process_time_ns()
+    for n in range(answers):
+        st = StreamState(None, None, tokens)
+        ex = Exchange(st, loop.create_future())
+        conn.begin(ex, b"POST / HTTP/1.1\r\n\r\n")
+        t = time.perf_counter_ns()
+        for data in reads:
+            t += 1_000_000
+            conn.stamped(data, t, t + 1000)
+        if not ex.done.done() or ex.done.result() != (None, None):
+            raise SystemExit(f"the answer was not read whole: {ex.done}")
+        mark = time.process_time_ns()
+        st.record(req, n, st.sent_ns, 0, None, None)
+        record_ns += time.process_time_ns() - mark
+        stats.delays.clear()
+    total = time.process_time_ns() - start
+    loop.close()
+    per = answers * tokens * 1e3
+    return total / per, record_ns / per
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per answer")
+    parser.add_argument("--per-read", default="1,4", help="events per read, comma separated")
+    parser.add_argument("--answers", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (the least is printed)")
+    args = parser.parse_args()
+    print("events per read | CPU µs per token | of which the record")
+    print("--- | --- | ---")
+    for k in (int(x) for x in args.per_read.split(",")):
+        runs = [measure(args.tokens, k, args.answers) for _ in range(args.repeat)]
+        best = min(runs)
+        print(f"{k} | {best[0]:.2f} | {best[1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
