@@ -7,7 +7,8 @@ the stamped transport hands over a read: ``stamped(bytes, arrived, handled)``. E
 4: what TCP merges at C=1024 on one client core). The figure is CPU microseconds per token for
 the whole path (HTTP parser, SSE parser, chunk reader, token bookkeeping, the request's record);
 the kernel's share of a real read (``recvmsg``) is not in it: ``client_capacity.py`` measures the
-whole client against a server.
+whole client against a server. Then the progress bar's cost per finished request (its live
+tokens/s) over 30 s at C=1024, and its longest single call (the loop does nothing else meanwhile).
 
     python benchmarks/read_path.py [--tokens 256] [--per-read 1,4] [--answers 2000]
 
@@ -95,6 +96,35 @@ def measure(tokens: int, per_read: int, answers: int) -> tuple[float, float]:
     return total / per, record_ns / per
 
 
+def live_rate_cost(concurrency: int, seconds: float, tokens: int) -> tuple[float, float]:
+    """The progress bar's live tokens/s over a closed-loop run of ``seconds`` at ``concurrency``
+    (each request TTFT 50 ms, ITL 10 ms): (CPU µs per record, the longest single call in ms), its
+    rate read every 0.25 s of the run as the bar does."""
+    from loadgen.report.progress import LiveRate
+    from loadgen.results.records import RequestRecord
+
+    offsets = tuple(0.05 + 0.01 * k for k in range(tokens))
+    e2e = offsets[-1]
+    live = LiveRate()
+    n = int(seconds / e2e) * concurrency
+    records = [RequestRecord(
+        request_id=i, cell=0, warmup=False, scheduled_at=0.0, sent_at=(i // concurrency) * e2e,
+        first_token_at=None, last_token_at=None, done_at=(i // concurrency) * e2e + e2e, input_tokens=64,
+        max_tokens=tokens, prompt_tokens=64, output_tokens=tokens, token_count_source="usage",
+        chunk_tokens_total=tokens, chunk_offsets_s=offsets, chunk_tokens=(1,) * tokens, status=200, error=None,
+        error_detail=None) for i in range(n)]
+    longest, next_rate = 0, 0.0
+    start = time.process_time_ns()
+    for r in records:
+        mark = time.perf_counter_ns()
+        live.add(r)
+        if r.done_at is not None and r.done_at >= next_rate:
+            next_rate = r.done_at + 0.25
+            live.rate()
+        longest = max(longest, time.perf_counter_ns() - mark)
+    return (time.process_time_ns() - start) / n / 1e3, longest / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=256, help="tokens per answer")
@@ -108,6 +138,9 @@ def main() -> None:
         runs = [measure(args.tokens, k, args.answers) for _ in range(args.repeat)]
         best = min(runs)
         print(f"{k} | {best[0]:.2f} | {best[1]:.2f}")
+    cost, longest = live_rate_cost(1024, 30.0, args.tokens)
+    print(f"\nthe progress bar's live tokens/s, a 30 s run at C=1024: {cost:.1f} µs per record, "
+          f"its longest call {longest:.2f} ms")
 
 
 if __name__ == "__main__":

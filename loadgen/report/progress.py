@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from bisect import bisect_right
 from collections import deque
+from itertools import accumulate
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -26,11 +28,15 @@ class LiveRate:
     window and no other. Before that much has been seen, the rate is the tokens received over the
     time since the first request was sent (an underestimate, never more than what arrived).
     All times are the records' own (the run's clock).
+
+    Nothing is done per token: a record is kept with its running token count, and the rate (a
+    few times a second) finds where the window cuts each kept request by bisection.
     """
 
     def __init__(self, window_s: float = 3.0) -> None:
         self.window_s = window_s
-        self.arrivals: list[tuple[float, int]] = []
+        # the requests that may have tokens in the window: (sent, chunk offsets, tokens up to each)
+        self.kept: deque[tuple[float, tuple[float, ...], list[int], float]] = deque()
         self.durations: deque[float] = deque(maxlen=256)  # E2E of the latest requests
         self.first_sent: float | None = None
         self.latest = 0.0  # the last end of a request seen
@@ -42,13 +48,12 @@ class LiveRate:
         self.first_sent = r.sent_at if self.first_sent is None else min(self.first_sent, r.sent_at)
         self.latest = max(self.latest, r.done_at)
         self.durations.append(r.e2e_s or 0.0)
-        # (one entry per token-bearing chunk in both; a progress bar never stops a run over a mismatch)
-        self.arrivals += [(r.sent_at + off, n) for off, n in zip(r.chunk_offsets_s, r.chunk_tokens, strict=False)]
-        self.tokens += sum(r.chunk_tokens)
-        lag = max(self.durations)
-        horizon = self.latest - lag - self.window_s
-        if len(self.arrivals) > 4096 and self.arrivals[0][0] < horizon:
-            self.arrivals = [a for a in self.arrivals if a[0] >= horizon]
+        offsets, tokens = r.chunk_offsets_s, r.chunk_tokens
+        if len(offsets) != len(tokens):  # (a progress bar never stops a run over a mismatch)
+            offsets, tokens = offsets[:min(len(offsets), len(tokens))], tokens[:min(len(offsets), len(tokens))]
+        upto = [0, *accumulate(tokens)]
+        self.kept.append((r.sent_at, offsets, upto, r.done_at))
+        self.tokens += upto[-1]
 
     def rate(self) -> float | None:
         if self.first_sent is None:
@@ -58,7 +63,13 @@ class LiveRate:
         if start < self.first_sent:
             span = self.latest - self.first_sent
             return self.tokens / span if span > 0 else None
-        return sum(n for t, n in self.arrivals if start < t <= end) / self.window_s
+        kept = self.kept
+        while kept and kept[0][3] <= start:  # (they end in about that order: all their tokens came before)
+            kept.popleft()
+        total = 0
+        for sent, offsets, upto, _ in kept:  # the tokens that arrived in (start, end]
+            total += upto[bisect_right(offsets, end - sent)] - upto[bisect_right(offsets, start - sent)]
+        return total / self.window_s
 
 
 WIDE = 110  # the whole line: lengths, bar, done / total, tok/s, TTFT, errors, time

@@ -47,3 +47,26 @@ def test_a_narrow_terminal_drops_the_bar_and_the_lengths() -> None:
     assert narrow.progress.tasks[0].description == "cell 1/1 c=2"
     for bar in (wide, narrow):
         bar.close()
+
+
+def test_the_live_rate_counts_exactly_the_tokens_of_its_window() -> None:
+    from loadgen.report.progress import LiveRate
+
+    # one stream, back to back: a request a second from 0 to 9, 10 tokens each arriving
+    # 0.075, 0.175, ... 0.975 s after it was sent (two in its 5th chunk: 9 chunks, 10 tokens)
+    offsets = tuple(k / 10 - 0.025 for k in (1, 2, 3, 4, 5, 7, 8, 9, 10))
+    tokens = (1, 1, 1, 1, 2, 1, 1, 1, 1)
+    live = LiveRate(window_s=3.0)
+    live.add(rec(0, 0.0, offsets, tokens, 0.975))
+    # the window would start before the first send: the tokens over the time since it
+    assert live.rate() == 10 / 0.975
+    for i in range(1, 10):
+        live.add(rec(i, float(i), offsets, tokens, i + 0.975))
+    # the last end 9.975, the longest request 0.975 s: the window is (6, 9], which holds the
+    # requests sent at 6, 7 and 8 whole and none of those sent at 5 (last token 5.975) or 9
+    assert live.rate() == 30 / 3.0
+    # a record whose chunk times and token counts differ in length counts the pairs it has
+    live.add(rec(10, 10.0, offsets, tokens[:3], 10.975))
+    assert live.rate() == 30 / 3.0  # window (7, 10]: 7, 8, 9
+    live.add(rec(11, 11.0, offsets, tokens, 11.975))
+    assert live.rate() == (10 + 10 + 3) / 3.0  # window (8, 11]: 8, 9 and the three pairs of 10
