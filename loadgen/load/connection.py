@@ -237,10 +237,18 @@ class Connection(asyncio.Protocol):
 
 
 def readable(conn: Connection) -> bool:
-    """True when an idle connection has something to read: the server's EOF, most likely."""
-    sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
+    """True when an idle connection has something to read (the server's EOF, most likely) or is
+    already closed, its loss not yet handed to the protocol: either way it is not to be reused."""
+    transport = conn.transport
+    if transport is None:
+        return False
+    if transport.is_closing():
+        return True
+    sock = transport.get_extra_info("socket")
     if sock is None:
         return False
+    if sock.fileno() < 0:
+        return True
     poll = select.poll()
     poll.register(sock.fileno(), select.POLLIN | select.POLLRDHUP)
     return bool(poll.poll(0))

@@ -5,6 +5,7 @@ handling (and as old as the bytes), and the server's close is an end of file, th
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
 import time
@@ -125,3 +126,29 @@ def test_a_reset_is_seen_at_once_on_either_loop(loop_kind: str) -> None:
         uvloop.run(main())
     else:
         asyncio.run(main())
+
+
+def test_a_connection_whose_close_is_not_yet_handed_over_is_not_reused() -> None:
+    # the server's close is read (the socket closed at once) and the protocol told in the loop's
+    # next turn: a request taking a connection in between must not take this one
+    from loadgen.load.connection import ClientStats, Connection, readable
+
+    async def main() -> None:
+        server = socket.create_server(("127.0.0.1", 0))
+        conn = Connection(ClientStats(), 0.0)
+        poller = StampedPoller(asyncio.get_running_loop())
+        transport = await open_stamped(poller, "127.0.0.1", server.getsockname()[1], conn)
+        assert not readable(conn)
+        peer, _ = server.accept()
+        peer.close()
+        # the server's close arrives; the poller reads it here, within this turn of the loop
+        select.select([transport.get_extra_info("socket")], [], [], 5.0)
+        poller._ready()
+        assert transport.is_closing() and not conn.closed  # read, not yet handed over
+        assert readable(conn)  # not to be reused (it was: a closed socket's fd -1, an error)
+        await asyncio.sleep(0)
+        assert conn.closed
+        poller.close()
+        server.close()
+
+    asyncio.run(main())
