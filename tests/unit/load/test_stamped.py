@@ -144,7 +144,8 @@ def test_a_connection_whose_close_is_not_yet_handed_over_is_not_reused() -> None
         # the server's close arrives; the poller reads it here, within this turn of the loop
         select.select([transport.get_extra_info("socket")], [], [], 5.0)
         poller._ready()
-        assert transport.is_closing() and not conn.closed  # read, not yet handed over
+        assert transport.is_closing()
+        assert not conn.closed  # read, not yet handed over
         assert readable(conn)  # not to be reused (it was: a closed socket's fd -1, an error)
         await asyncio.sleep(0)
         assert conn.closed
