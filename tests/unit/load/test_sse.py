@@ -200,3 +200,16 @@ def test_a_responses_stream_ends_at_its_last_event() -> None:
     assert state.outcome == (None, None)
     assert (state.chunk_ns, state.chunk_tokens, state.usage_completion, state.prompt_tokens, state.done_ns) == (
         [2, 3], [1, 1], 2, 5, 4)
+
+
+def test_whole_one_line_events_and_the_shapes_around_them() -> None:
+    # what servers send (one "data: " line an event) is taken whole; an event begun in an
+    # earlier read, extra blank lines, a comment or a multi-line event between them are read
+    # line by line and give the same events
+    p = SSEParser()
+    assert p.feed(b"data: a\n") == []
+    assert p.feed(b"data: b\n\ndata: c\n\n") == [b"a\nb", b"c"]
+    assert p.feed(b"data: d\n\n\n\ndata: e\n\n: ping\n\ndata: f\ndata: g\n\ndata: h\n\ndata: i") == [
+        b"d", b"e", b"f\ng", b"h"]
+    assert p.feed(b"\n\n") == [b"i"]
+    assert p.feed(b"data:j\n\nevent: x\ndata: k\n\n") == [b"j", b"k"]
