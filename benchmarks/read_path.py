@@ -7,7 +7,10 @@ the stamped transport hands over a read: ``stamped(bytes, arrived, handled)``. E
 4: what TCP merges at C=1024 on one client core). The figure is CPU microseconds per token for
 the whole path (HTTP parser, SSE parser, chunk reader, token bookkeeping, the request's record);
 the kernel's share of a real read (``recvmsg``) is not in it: ``client_capacity.py`` measures the
-whole client against a server. Then the progress bar's cost per finished request (its live
+whole client against a server. Then the kernel's part of one stamped read in this process, with
+the client's buffer and with a 256 KiB one (past glibc's first threshold for mapping memory: in
+a bare Python process each read of that size mapped and unmapped its buffer, 21 against 8 µs;
+here the two cost the same), and the progress bar's cost per finished request (its live
 tokens/s) over 30 s at C=1024, and its longest single call (the loop does nothing else meanwhile).
 
     python benchmarks/read_path.py [--tokens 256] [--per-read 1,4] [--answers 2000]
@@ -125,6 +128,29 @@ def live_rate_cost(concurrency: int, seconds: float, tokens: int) -> tuple[float
     return (time.process_time_ns() - start) / n / 1e3, longest / 1e6
 
 
+def kernel_read_cost(size: int, rounds: int = 30_000) -> float:
+    """µs for a send of 300 bytes and a stamped ``recvmsg`` of at most ``size`` bytes on TCP
+    loopback (both on this core: the figure holds the kernel's whole path, both ends)."""
+    import socket
+    import timeit
+
+    from loadgen.load.stamped import ANCILLARY, SO_TIMESTAMPNS
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        sender = socket.create_connection(server.getsockname())
+        reader, _ = server.accept()
+        with sender, reader:
+            sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            reader.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            message = b"x" * 300
+
+            def one() -> None:
+                sender.send(message)
+                reader.recvmsg(size, ANCILLARY)
+
+            return min(timeit.repeat(one, number=rounds, repeat=3)) / rounds * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=256, help="tokens per answer")
@@ -138,6 +164,10 @@ def main() -> None:
         runs = [measure(args.tokens, k, args.answers) for _ in range(args.repeat)]
         best = min(runs)
         print(f"{k} | {best[0]:.2f} | {best[1]:.2f}")
+    from loadgen.load.stamped import READ_BYTES
+
+    print(f"\na send and a stamped read of 300 bytes on TCP loopback: {kernel_read_cost(READ_BYTES):.1f} µs with "
+          f"the client's {READ_BYTES >> 10} KiB buffer, {kernel_read_cost(256 << 10):.1f} µs with a 256 KiB one")
     cost, longest = live_rate_cost(1024, 30.0, args.tokens)
     print(f"\nthe progress bar's live tokens/s, a 30 s run at C=1024: {cost:.1f} µs per record, "
           f"its longest call {longest:.2f} ms")

@@ -38,9 +38,10 @@ from typing import Any
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 TIMESPEC = struct.Struct("@qq")
 ANCILLARY = socket.CMSG_SPACE(TIMESPEC.size)
-# at most this much per read (the rest is read at the next wake-up, with its own stamp): a
-# larger buffer is past glibc's threshold for mapping memory, and each read then cost 12 us more
-# in making and unmapping it (15 us against 3 us for a send and a read of 300 bytes, here)
+# at most this much per read (the rest is read at the next wake-up, with its own stamp). Below
+# glibc's threshold for mapping memory: in a bare Python process a 256 KiB buffer was mapped and
+# unmapped at each read (21 us against 8 us for a send and a read of 300 bytes); in loadgen's own
+# process both sizes cost the same (benchmarks/read_path.py), and this one is never the worse
 READ_BYTES = 64 * 1024
 
 Clock = str  # "kernel" or "loop"
