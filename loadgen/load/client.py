@@ -308,8 +308,7 @@ class StreamingClient:
                         # idle timeout or a server that reset one connection
                         self._learn("it closed a kept-alive connection before answering")
                     first = st.sent_ns
-                    for h in timers:
-                        h.cancel()
+                    disarm(timers)
                     conn.abort()
                     self._all.discard(conn)
                     st.retries += 1
@@ -331,8 +330,7 @@ class StreamingClient:
             ))
             raise
         finally:
-            for h in timers:
-                h.cancel()
+            disarm(timers)
             if conn is not None:
                 if error is not None:
                     conn.abort()  # a failed exchange leaves the connection in an unknown state
@@ -348,46 +346,68 @@ class StreamingClient:
     def _arm(
         self, loop: asyncio.AbstractEventLoop, conn: Connection, ex: Exchange, total: float,
     ) -> list[asyncio.TimerHandle]:
-        """Timers for the deadlines: first token / total from ``sent_at``, and the gap (re-armed
-        lazily): to complete headers, then between bytes until the first token (keep-alives while
-        a server queues count), then between tokens (comments alone keep no stream alive)."""
-        st = ex.st
-        handles: list[asyncio.TimerHandle] = []
-        start = loop.time()
-        first, between = self._first_token_s, self._between_s
+        """Timers for the deadlines (see ``Deadlines``); ``disarm`` cancels them."""
+        return Deadlines(loop, conn, ex, self._first_token_s, total, self._between_s).handles
+
+
+def disarm(timers: list[asyncio.TimerHandle]) -> None:
+    """Cancel a request's deadline timers and drop them: each timer's callback holds the list that
+    holds the timer, a cycle that would keep the request's whole state (its parser, its token
+    times) for the cyclic collector, whose scans of that much young garbage stall the loop."""
+    for h in timers:
+        h.cancel()
+    timers.clear()
+
+
+class Deadlines:
+    """A request's deadlines: first token / total from ``sent_at``, and the gap (re-armed lazily):
+    to complete headers, then between bytes until the first token (keep-alives while a server
+    queues count), then between tokens (comments alone keep no stream alive). A class, not
+    closures: a closure that re-arms itself is a reference cycle, and so would keep the whole
+    request for the cyclic collector; the one cycle here (timer, method, ``handles``) is broken
+    by ``disarm``."""
+
+    __slots__ = ("loop", "conn", "ex", "first", "total", "between", "start", "handles")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: Connection, ex: Exchange, first: float | None,
+                 total: float | None, between: float | None) -> None:
+        self.loop, self.conn, self.ex = loop, conn, ex
+        self.first, self.total, self.between = first, total, between
+        self.start = loop.time()
+        self.handles: list[asyncio.TimerHandle] = []
         limits = [x for x in (first, total) if x is not None]
-
-        def deadline() -> None:
-            if ex.done.done():
-                return
-            if not st.chunk_ns:
-                conn._fail("timeout", "first token" if first is not None and (total is None or first <= total)
-                           else "total")
-            elif total is not None:
-                left = start + total - loop.time()
-                if left > 0:
-                    handles.append(loop.call_later(left, deadline))
-                else:
-                    conn._fail("timeout", "total")
-
         if limits:
-            handles.append(loop.call_later(min(limits), deadline))
-
+            self.handles.append(loop.call_later(min(limits), self.deadline))
         if between is not None:
-            def gap() -> None:
-                if ex.done.done():
-                    return
-                if st.status is None:
-                    since, what = st.sent_ns, f"response headers not complete in {between} s (between_tokens_s)"
-                elif st.chunk_ns:
-                    since, what = st.chunk_ns[-1], f"no token for {between} s (between_tokens_s)"
-                else:
-                    since, what = ex.last_ns, f"no data for {between} s (between_tokens_s)"
-                idle = (time.perf_counter_ns() - since) / 1e9
-                if idle >= between:
-                    conn._fail("timeout", what)
-                else:
-                    handles.append(loop.call_later(between - idle, gap))
+            self.handles.append(loop.call_later(between, self.gap))
 
-            handles.append(loop.call_later(between, gap))
-        return handles
+    def deadline(self) -> None:
+        ex, first, total = self.ex, self.first, self.total
+        if ex.done.done():
+            return
+        if not ex.st.chunk_ns:
+            self.conn._fail("timeout", "first token" if first is not None and (total is None or first <= total)
+                            else "total")
+        elif total is not None:
+            left = self.start + total - self.loop.time()
+            if left > 0:
+                self.handles.append(self.loop.call_later(left, self.deadline))
+            else:
+                self.conn._fail("timeout", "total")
+
+    def gap(self) -> None:
+        ex, st, between = self.ex, self.ex.st, self.between
+        assert between is not None
+        if ex.done.done():
+            return
+        if st.status is None:
+            since, what = st.sent_ns, f"response headers not complete in {between} s (between_tokens_s)"
+        elif st.chunk_ns:
+            since, what = st.chunk_ns[-1], f"no token for {between} s (between_tokens_s)"
+        else:
+            since, what = ex.last_ns, f"no data for {between} s (between_tokens_s)"
+        idle = (time.perf_counter_ns() - since) / 1e9
+        if idle >= between:
+            self.conn._fail("timeout", what)
+        else:
+            self.handles.append(self.loop.call_later(between - idle, self.gap))

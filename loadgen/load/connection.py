@@ -28,6 +28,22 @@ CLOSES_AFTER_ANSWER = (
 )
 
 
+class _Closed:
+    """The parser of a closed connection: whatever still arrives is not an answer."""
+
+    def feed_data(self, data: bytes) -> None:
+        raise httptools.HttpParserError("the connection is closed")
+
+    def should_keep_alive(self) -> bool:
+        return False
+
+    def get_status_code(self) -> int:
+        return 0
+
+
+_NO_PARSER = cast(httptools.HttpResponseParser, _Closed())
+
+
 @dataclass(slots=True)
 class ClientStats:
     """What the read path cost: reads handled, the time spent handling them, connections opened."""
@@ -125,6 +141,10 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        # the parser holds this protocol's methods: without the cycle a closed connection is freed
+        # at once (a server that closes after each answer would otherwise leave one for the
+        # cyclic collector per request)
+        self._parser = _NO_PARSER
         ex = self.ex
         if ex is None or ex.done.done():
             return

@@ -183,6 +183,7 @@ class StampedTransport:
             self._loop.remove_writer(self._fd)
         self._sock.close()
         self._loop.call_soon(self._protocol.connection_lost, exc)
+        self._protocol = None  # (the protocol holds this transport: no cycle left for the collector)
 
 
 async def open_stamped(poller: StampedPoller, host: str, port: int, protocol: Any) -> StampedTransport:
