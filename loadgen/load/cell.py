@@ -182,6 +182,23 @@ async def measure_window(client: StreamingClient, cell: Cell, pool: RequestPool,
             monitor.stop()
 
 
+# requests serialised between two turns of the event loop while a cell's pool is made (about
+# 0.1 s of work); a pool larger than one slice is shown on the console as it is made
+MAKE_SLICE = 2000
+
+
+async def make_ahead(pool: RequestPool, stop: asyncio.Event, progress: Callable[[int, int], None]) -> None:
+    """Serialise the pool's requests before the window, a slice at a time: a stop (Ctrl-C, a
+    signal) is heard within one slice, and ``progress(made, total)`` follows a large pool."""
+    left = pool.make(MAKE_SLICE)
+    while left:
+        progress(pool.ahead - left, pool.ahead)
+        await asyncio.sleep(0)
+        if stop.is_set():
+            return
+        left = pool.make(MAKE_SLICE)
+
+
 @contextmanager
 def quiet_gc() -> Iterator[None]:
     """During a measured window: everything allocated before it is frozen out of the

@@ -35,6 +35,8 @@ class Observer(Protocol):
     """What a front end (the CLI's progress bar) is told while a run goes on."""
 
     def message(self, text: str) -> None: ...
+    # a cell's requests being made ahead of its window (told only while more than a slice is left)
+    def preparing(self, cell: Cell, made: int, total: int) -> None: ...
     def cell_started(self, cell: Cell, total: int | None, cells: int) -> None: ...
     def record(self, record: RequestRecord) -> None: ...
     def cell_finished(self, cell: Cell, summary: CellSummary) -> None: ...
@@ -42,6 +44,9 @@ class Observer(Protocol):
 
 class QuietObserver:
     def message(self, text: str) -> None:
+        pass
+
+    def preparing(self, cell: Cell, made: int, total: int) -> None:
         pass
 
     def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from loadgen.engines.preflight import check_models
 from loadgen.errors import EngineUnavailable, LaunchError, OutputError, ScenarioError, TargetError, UsageError
-from loadgen.load.cell import AbortRule, Measuring, Window, calibrate, measure_window, warmup
+from loadgen.load.cell import AbortRule, Measuring, Window, calibrate, make_ahead, measure_window, warmup
 from loadgen.load.client import ClientConfig, StreamingClient
 from loadgen.load.connection import CLOSES_AFTER_ANSWER
 from loadgen.load.enginecores import EngineCoreSampler
@@ -462,9 +462,9 @@ class _Run:
             self.cache_resets[cell.index] = await scraper.reset_prefix_cache()
         sources = self._sources(point)
 
-        def requests(stream: Stream, count: int | None = None) -> RequestPool:
+        def requests(stream: Stream, count: int | None = None, eager: bool = True) -> RequestPool:
             return prepare_requests(cell, m.model, m.calibration, self.seed, stream, count=count,
-                                    sources=sources, **self.flags)
+                                    sources=sources, eager=eager, **self.flags)
 
         if cell.search is not None:
             await scraper.wait_idle()  # a probe starts on a server done with the one before
@@ -483,7 +483,8 @@ class _Run:
                 "output lengths are then the model's own choice (see output_tokens_short in the summary)"
             )
             await warmup(client, cell, requests(Stream.WARMUP, point.load.warmup_requests), emit, stop)
-        pool = requests(Stream.MEASURED)
+        pool = requests(Stream.MEASURED, eager=False)
+        await make_ahead(pool, stop, lambda made, total: self.obs.preparing(cell, made, total))
         await measured_window()
         if (failure := self.out.samples.failure) is not None:
             raise failure

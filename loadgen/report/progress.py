@@ -91,17 +91,17 @@ class ProgressObserver:
         self.console = console
         # a terminal narrower than the whole line drops the bar and the lengths, never a figure
         self.narrow = console.width < WIDE
+        # a cell's figures are one column (``_figures``): the line of a pool being made has none
         self.progress = Progress(
             TextColumn("{task.description}"),
             *(() if self.narrow else (BarColumn(),)),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[tps]:>7} tok/s"),
-            TextColumn("TTFT p50/p99 {task.fields[ttft]} ms"),
-            TextColumn("errors {task.fields[errors]}"),
+            TextColumn("{task.fields[figures]}"),
             TimeElapsedColumn(),
             console=console,
         )
         self.task: TaskID | None = None
+        self.making: TaskID | None = None  # the line of a cell's requests being made
         self.errors = 0
         self.rate = LiveRate()
         self.tps = "-"
@@ -112,8 +112,29 @@ class ProgressObserver:
     def message(self, text: str) -> None:
         self.console.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
 
+    def _figures(self, tps: str, ttft: str, errors: int) -> str:
+        # (narrow: without "p50/p99", so that 80 columns hold the line with its whole count)
+        return f"{tps:>7} tok/s TTFT{'' if self.narrow else ' p50/p99'} {ttft} ms errors {errors}"
+
+    def _update(self, advance: int = 0) -> None:
+        assert self.task is not None
+        self.progress.update(self.task, advance=advance, tps=self.tps, ttft=self.ttft, errors=self.errors,
+                             figures=self._figures(self.tps, self.ttft, self.errors))
+
+    def preparing(self, cell: Cell, made: int, total: int) -> None:
+        """A cell's requests being made before its window: many take seconds (200,000: about ten)."""
+        if self.making is None:
+            if self.task is None:
+                self.progress.start()
+            what = f"cell {cell.index + 1}" if cell.search is None else f"probe {cell.index + 1}"
+            self.making = self.progress.add_task(f"{what}: making requests", total=total, figures="")
+        self.progress.update(self.making, completed=made)
+
     def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:
-        if self.task is None:
+        if self.making is not None:
+            self.progress.remove_task(self.making)
+            self.making = None
+        elif self.task is None:
             self.progress.start()
         self.errors = 0
         self.rate = LiveRate()
@@ -126,7 +147,8 @@ class ProgressObserver:
         desc = f"{what} c={p['concurrency']}" if self.narrow else f"{what} {lengths} c={p['concurrency']}"
         if p["rate"] is not None:
             desc += f" rate={p['rate']:g}"
-        self.task = self.progress.add_task(desc, total=total, tps="-", ttft="-", errors=0)
+        self.task = self.progress.add_task(desc, total=total, tps="-", ttft="-", errors=0,
+                                           figures=self._figures("-", "-", 0))
 
     def record(self, record: RequestRecord) -> None:
         if record.warmup or self.task is None:
@@ -145,7 +167,7 @@ class ProgressObserver:
             tps = self.rate.rate()
             self.tps = "-" if tps is None else f"{tps:,.0f}"
             self.ttft = _ttft_text(list(self.ttfts))
-        self.progress.update(self.task, advance=1, tps=self.tps, ttft=self.ttft, errors=self.errors)
+        self._update(advance=1)
 
     def cell_finished(self, cell: Cell, summary: CellSummary) -> None:
         """The bar ends on the cell's figure, the one its table shows (output tokens over the
@@ -153,8 +175,9 @@ class ProgressObserver:
         m = summary.metrics
         if self.task is not None and m is not None and m.output_throughput is not None:
             p50, p99 = m.ttft_s.p50, m.ttft_s.p99
-            self.progress.update(self.task, tps=f"{m.output_throughput:,.0f}",
-                                 ttft="-" if p50 is None or p99 is None else f"{p50 * 1e3:,.1f}/{p99 * 1e3:,.1f}")
+            self.tps = f"{m.output_throughput:,.0f}"
+            self.ttft = "-" if p50 is None or p99 is None else f"{p50 * 1e3:,.1f}/{p99 * 1e3:,.1f}"
+            self._update()
 
     def close(self) -> None:
         self.progress.stop()

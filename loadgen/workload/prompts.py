@@ -257,11 +257,21 @@ class RequestPool:
     """The requests of one stream of a cell: the first ``count`` serialised before the measured
     window; any later one (a duration run's) made when it is needed, never a repeat."""
 
-    def __init__(self, maker: RequestMaker, count: int, *, serialise: bool = True) -> None:
+    def __init__(self, maker: RequestMaker, count: int, *, serialise: bool = True, eager: bool = True) -> None:
         self.maker = maker
         self.size = count
         # multi-turn sessions build each turn's body from the answers so far: nothing to make ahead
-        self.ready = [maker.request(i) for i in range(count)] if serialise else []
+        self.ahead = count if serialise else 0
+        self.ready: list[PreparedRequest] = []
+        if eager:
+            self.make(self.ahead)
+
+    def make(self, n: int) -> int:
+        """Serialise up to ``n`` more of the requests made ahead of the window (a large pool is
+        made a slice at a time by a caller that keeps its event loop free); how many are left."""
+        start = len(self.ready)
+        self.ready += [self.maker.request(i) for i in range(start, min(self.ahead, start + n))]
+        return self.ahead - len(self.ready)
 
     def __getitem__(self, i: int) -> PreparedRequest:
         if i < len(self.ready):
@@ -384,14 +394,16 @@ def read_sources(point: Scenario, seed: int, counter: datasets.Count | None) -> 
 def prepare_requests(
     cell: Cell, model: str, calibration: TextCalibration, seed: int,
     stream: Stream = Stream.MEASURED, count: int | None = None, sources: Sources | None = None,
-    **flags: bool | None,
+    eager: bool = True, **flags: bool | None,
 ) -> RequestPool:
     """The cell's requests of ``stream``, serialised before the measured window (``count``
-    defaults to the workload's num_prompts; a trace's rows, when there is one)."""
+    defaults to the workload's num_prompts; a trace's rows, when there is one); not ``eager``:
+    the caller serialises them (``RequestPool.make``)."""
     point = cell.point
     if sources is None and stream == Stream.MEASURED and point.workload.source != "generated":
         sources = read_sources(point, seed, None)
     maker = request_maker(cell, model, calibration, seed, stream, sources, **flags)
     if count is None:
         count = (sources.count if sources is not None else None) or point.workload.num_prompts
-    return RequestPool(maker, count, serialise=stream != Stream.MEASURED or point.workload.multi_turn is None)
+    return RequestPool(maker, count, serialise=stream != Stream.MEASURED or point.workload.multi_turn is None,
+                       eager=eager)

@@ -33,7 +33,8 @@ def test_a_sweep_prints_every_figure_whole(start_sim: StartSim, tmp_path: Path, 
     assert code == 0, report
     # the live bar, repainted in place, drops what does not fit and cuts nothing
     assert "…" not in ran
-    assert re.search(r"\d+/24 +[\d,]+ tok/s TTFT p50/p99 [\d.,]+/[\d.,]+ ms errors 0", ran), ran[-2000:]
+    # (at 80 columns without the words "p50/p99")
+    assert re.search(r"\d+/24 +[\d,]+ tok/s TTFT (p50/p99 )?[\d.,]+/[\d.,]+ ms errors 0", ran), ran[-2000:]
     for text in (ran[ran.index("[1] input"):], report):
         _lines_fit(text, columns)
     cells = orjson.loads((tmp_path / "run" / "summary.json").read_bytes())["cells"]
@@ -44,6 +45,28 @@ def test_a_sweep_prints_every_figure_whole(start_sim: StartSim, tmp_path: Path, 
         for figure in (f"{m['output_throughput']:,.1f}", f"{m['total_token_throughput']:,.1f}",
                        f"{m['request_throughput']:,.3f}", f"{m['e2e_s']['p99'] * 1e3:.2f}"):
             assert figure in tokens, (figure, report[-3000:])
+
+
+def test_200000_prompts_at_80_columns_say_they_are_being_made_and_keep_their_count(
+        start_sim: StartSim, tmp_path: Path) -> None:
+    """The big input: making 200,000 requests takes seconds before the first is sent; the terminal
+    says so as it goes, and then the bar keeps its whole count; Ctrl-C keeps what was measured."""
+    base_url = start_sim(ttft_ms=5, itl_ms=1)
+    out = tmp_path / "run"
+    code, ran = in_terminal(["run", "--base-url", base_url, "--num-prompts", "200000", "--concurrency", "64",
+                             "--out", str(out)], 80, timeout=300,
+                            interrupt_on=re.compile(r"c=64 +[1-9]\d{3,}/200000 "))
+    assert code == 130, ran[-2000:]
+    made = [int(n) for n in re.findall(r"cell 1: making requests +(\d+)/200000", ran)]
+    assert made, ran[:2000]
+    assert made == sorted(made)
+    assert made[-1] < 200_000
+    assert re.search(r"cell 1/1 c=64 +\d+/200000 +[\d,]+ tok/s TTFT [\d.,]+/[\d.,]+ ms errors 0", ran), ran[-2000:]
+    _lines_fit(ran[ran.index("[1] input"):], 80)
+    assert "…" not in ran
+    assert "interrupted" in ran
+    records = (out / "records.jsonl").read_bytes().splitlines()
+    assert len(records) >= 1000
 
 
 @pytest.mark.parametrize("columns", [80, 120])

@@ -49,6 +49,34 @@ def test_a_narrow_terminal_drops_the_bar_and_the_lengths() -> None:
         bar.close()
 
 
+def line_of(bar: ProgressObserver, width: int) -> str:
+    """The progress line as a terminal ``width`` columns wide shows it."""
+    text = io.StringIO()
+    Console(file=text, width=width).print(bar.progress.make_tasks_table(bar.progress.tasks))
+    return text.getvalue().rstrip("\n")
+
+
+def test_80_columns_hold_a_large_runs_line_whole_and_the_making_of_its_requests() -> None:
+    (cell,) = expand_cells(parse_scenario({"workload": {"num_prompts": 200_000}, "load": {"concurrency": 64}}))
+    bar = ProgressObserver(Console(file=io.StringIO(), width=80))
+    bar.preparing(cell, 2000, 200_000)
+    bar.preparing(cell, 52_000, 200_000)
+    making = line_of(bar, 80)
+    assert making.startswith("cell 1: making requests  52000/200000 ")
+    assert "tok/s" not in making
+    bar.cell_started(cell, 200_000, 1)
+    assert len(bar.progress.tasks) == 1  # the making line gave way to the cell's
+    bar.progress.update(bar.progress.tasks[0].id, completed=199_999)
+    bar.tps, bar.ttft, bar.errors = "148,136", "112.5/245.1", 12
+    bar._update(advance=1)
+    line = line_of(bar, 80)
+    # (before: "cell 1/1 c=64   2630/2… 55,510 tok/s TTFT p50/p99 10.1/18.4 ms errors 0 0:00:03")
+    assert line.startswith("cell 1/1 c=64 200000/200000 148,136 tok/s TTFT 112.5/245.1 ms errors 12 ")
+    assert "…" not in line
+    assert len(line) <= 80
+    bar.close()
+
+
 def test_the_live_rate_counts_exactly_the_tokens_of_its_window() -> None:
     from loadgen.report.progress import LiveRate
 

@@ -109,6 +109,29 @@ def test_the_same_seed_gives_the_same_prompts_and_lengths_stay_exact() -> None:
     assert all(len(orjson.loads(a[i].body)["prompt"]) == 64 == a[i].input_tokens for i in range(5))
 
 
+def test_a_pool_made_a_slice_at_a_time_is_the_pool_made_at_once() -> None:
+    import asyncio
+
+    from loadgen.load import cell as cell_module
+
+    (cell,) = expand_cells(parse_scenario({"workload": {"num_prompts": 5000, "input_tokens": 16}}))
+    whole = prepare_requests(cell, "m", TextCalibration(), 7)
+    assert len(whole.ready) == 5000
+    seen: list[tuple[int, int]] = []
+    sliced = prepare_requests(cell, "m", TextCalibration(), 7, eager=False)
+    assert sliced.ready == []
+    asyncio.run(cell_module.make_ahead(sliced, asyncio.Event(), lambda made, total: seen.append((made, total))))
+    # slices of 2,000: told after the first and the second, the third ends it
+    assert seen == [(2000, 5000), (4000, 5000)]
+    assert [r.body for r in sliced.ready] == [r.body for r in whole.ready]
+    # a stop heard between slices: no more is made (the window that follows sends nothing)
+    stop = asyncio.Event()
+    stopped = prepare_requests(cell, "m", TextCalibration(), 7, eager=False)
+    asyncio.run(cell_module.make_ahead(stopped, stop, lambda made, total: stop.set()))
+    assert len(stopped.ready) == 2000
+    assert stopped[4999].body == whole[4999].body  # (what is asked for past them is made then)
+
+
 def test_prompt_file_lines_are_used_in_turn(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(o) for o in ({"prompt": "hello there"}, {"prompt_token_ids": [1, 2]})))
