@@ -162,9 +162,9 @@ def figures(records: list[Any]) -> dict[str, Any]:
 
 def run_loadgen(base_url: str, c: int, per_stream: int, workers: int | str, client_cores: list[int] | None,
                 work: Path, clock: str = "auto") -> dict[str, Any]:
-    scen = work / f"c{c}-{clock}.yaml"
+    scen = work / f"c{c}-{clock}-w{workers}.yaml"
     scen.write_text(scenario_yaml(base_url, c, per_stream, workers, clock))
-    out = work / f"run-c{c}-{clock}"
+    out = work / f"run-c{c}-{clock}-w{workers}"
     pin = (lambda: os.sched_setaffinity(0, set(client_cores))) if client_cores else None
     r = subprocess.run([sys.executable, "-m", "loadgen", "run", str(scen), "--out", str(out)],
                        capture_output=True, text=True, preexec_fn=pin)
@@ -234,7 +234,9 @@ def main() -> None:
     parser.add_argument("--server", choices=("fastsim", "sim"), default="fastsim")
     parser.add_argument("--base-url", help="an external OpenAI-compatible server instead (no truth)")
     parser.add_argument("--client", choices=("loadgen", "httpx"), default="loadgen")
-    parser.add_argument("--workers", default="1", help="load.workers for loadgen (N or auto)")
+    parser.add_argument("--workers", default="1",
+                        help="load.workers values to run each level with, comma separated (N or auto): "
+                             "with more than one, a scaling line per level and clock")
     parser.add_argument("--clock", default="kernel,loop",
                         help="load.clock values to run each level with, comma separated (kernel, loop, auto)")
     parser.add_argument("--reference", action="store_true",
@@ -242,7 +244,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the table and every figure as JSON here")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
-    workers: int | str = args.workers if args.workers == "auto" else int(args.workers)
+    counts: list[int | str] = [w if w == "auto" else int(w) for w in args.workers.split(",")]
     have = cores()
     server_core = have[0] if len(have) > 1 and not args.base_url else None
     client_cores = [c for c in have if c != server_core] if server_core is not None else None
@@ -259,7 +261,9 @@ def main() -> None:
             clocks = args.clock.split(",") if args.client == "loadgen" else ["loop"]
             if args.reference and not args.base_url:
                 clocks.append("reference")
-            for c, clock in ((c, clock) for c in levels for clock in clocks):
+            runs = [(c, clock, w) for c in levels for clock in clocks
+                    for w in (counts if clock != "reference" and args.client == "loadgen" else counts[:1])]
+            for c, clock, workers in runs:
                 before = server_truth(kind, base_url, reset=True)
                 if clock == "reference":
                     fig = run_reference(base_url, c, args.requests_per_stream, client_cores, work)
@@ -272,7 +276,8 @@ def main() -> None:
                 truth = server_truth(kind, base_url)
                 ideal = c * OUTPUT / ((TTFT_MS + (OUTPUT - 1) * ITL_MS) / 1e3)
                 row: dict[str, Any] = {
-                    "concurrency": c, "ideal_tokens_per_s": ideal, **fig,
+                    "concurrency": c, "workers": workers if clock != "reference" and args.client == "loadgen" else None,
+                    "ideal_tokens_per_s": ideal, **fig,
                     "achieved_share": fig["tokens_per_s"] / ideal if not args.base_url else None,
                     "cpu_s_per_1k_tokens": fig["cpu_s"] / fig["tokens"] * 1e3 if fig["tokens"] else None,
                 }
@@ -302,6 +307,8 @@ def main() -> None:
     if best:
         print(f"highest concurrency with >= 95% of ideal tokens/s: {best['concurrency']} "
               f"({best['tokens_per_s']:,.0f} tokens/s)")
+    for line in scaling(rows):
+        print(line)
     if args.json:
         args.json.write_bytes(orjson.dumps({
             "server": kind, "client": args.client, "workers": args.workers, "server_core": server_core,
@@ -311,18 +318,35 @@ def main() -> None:
         }, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
+def scaling(rows: list[dict[str, Any]]) -> list[str]:
+    """Per level and clock run with several worker counts: tokens/s per count, and its multiple
+    of the first count's (linear: the multiple is the count's ratio, up to the server's limit)."""
+    lines = []
+    runs = [r for r in rows if r.get("workers") is not None]
+    for c, clock in dict.fromkeys((r["concurrency"], r.get("clock")) for r in runs):
+        same = [r for r in runs if r["concurrency"] == c and r.get("clock") == clock]
+        if len(same) < 2:
+            continue
+        first = same[0]["tokens_per_s"]
+        parts = [f"workers {r['workers']}: {r['tokens_per_s']:,.0f} tok/s (x{r['tokens_per_s'] / first:.2f}, "
+                 f"ITL p99 err {_f(r.get('itl_p99_error_ms'), '+.2f')} ms)" for r in same]
+        lines.append(f"scaling, C={c} {clock}: " + "; ".join(parts))
+    return lines
+
+
 def _f(v: Any, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
 def print_row(r: dict[str, Any], kind: str, header: bool) -> None:
-    cols = ("C", "clock", "tokens/s", "ideal", "share", "TTFT p50", "TTFT p99", "TTFT p99 err", "ITL p50", "ITL p99",
-            "ITL p99 err", "CPU s/1k tok", "client delay p99/max", "multi-event reads", "failed")
+    cols = ("C", "clock", "workers", "tokens/s", "ideal", "share", "TTFT p50", "TTFT p99", "TTFT p99 err", "ITL p50",
+            "ITL p99", "ITL p99 err", "CPU s/1k tok", "client delay p99/max", "multi-event reads", "failed")
     if header:
         print(" | ".join(cols))
         print(" | ".join("---" for _ in cols))
     print(" | ".join([
-        str(r["concurrency"]), r.get("clock", "loop"), f"{r['tokens_per_s']:,.0f}", f"{r['ideal_tokens_per_s']:,.0f}",
+        str(r["concurrency"]), r.get("clock", "loop"), _f(r.get("workers"), ""), f"{r['tokens_per_s']:,.0f}",
+        f"{r['ideal_tokens_per_s']:,.0f}",
         _f(r["achieved_share"] and r["achieved_share"] * 100, ".1f") + "%",
         _f(r["ttft_p50"], ".2f"), _f(r["ttft_p99"], ".2f"), _f(r.get("ttft_p99_error_ms"), "+.2f"),
         _f(r["itl_p50"], ".2f"), _f(r["itl_p99"], ".2f"), _f(r.get("itl_p99_error_ms"), "+.2f"),

@@ -58,6 +58,15 @@ class WorkerJob:
     duration_s: float | None
 
 
+def watch_pipe(loop: asyncio.AbstractEventLoop, conn: Connection, callback: Callable[..., None], *args: Any) -> None:
+    """Call ``callback`` when the pipe has a message, the pipe left blocking: uvloop's watch makes
+    it non-blocking, and then a record sent while the pipe is full (the other side busy) fails
+    with "Resource temporarily unavailable", and a message read while only part of it has come
+    fails the same way. Blocking, a sender waits for room, and a reader for the rest."""
+    loop.add_reader(conn.fileno(), callback, *args)
+    os.set_blocking(conn.fileno(), True)
+
+
 def _indices(job: WorkerJob) -> Any:
     if job.count is not None:
         return iter(range(job.worker, job.count, job.workers))
@@ -92,7 +101,7 @@ async def _worker(job: WorkerJob, conn: Connection) -> None:
             if not started.done():
                 started.set_result(0)
 
-    loop.add_reader(conn.fileno(), control)
+    watch_pipe(loop, conn, control)
     client = StreamingClient(job.client, worker=job.worker)
     async with client:
         await client.open_connections(job.concurrency or 0)
@@ -176,7 +185,7 @@ async def run_workers(
             procs.append(proc)
             pipes.append(parent)
             finished[job.worker] = loop.create_future()
-            loop.add_reader(parent.fileno(), readable, job.worker, parent)
+            watch_pipe(loop, parent, readable, job.worker, parent)
 
         def tell(tag: bytes) -> None:
             for k, p in enumerate(pipes):

@@ -16,7 +16,7 @@ import psutil
 import yaml
 
 from loadgen.load.workers import resolve_workers
-from loadgen.results.records import read_records
+from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import rebuild_summary
 from tests.conftest import StartSim
 
@@ -124,3 +124,43 @@ def test_sigterm_stops_every_worker_and_keeps_the_records(start_sim: StartSim, t
     assert len(cancelled) == 8
     assert {r.worker for r in cancelled} == {0, 1}
     assert all(r.ok for r in measured if r.error != "cancelled")
+
+
+def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -> None:
+    """The workers send records faster than the parent takes them (on one core, the parent's
+    turn comes late): the pipe fills, and a worker waits for room rather than dying with the
+    pipe full ("Resource temporarily unavailable": the event loop's watch of the pipe had made
+    it non-blocking), which lost its in-flight requests and every one it had yet to send."""
+    import asyncio
+
+    from loadgen.load.client import ClientConfig
+    from loadgen.load.schedule import Arrivals
+    from loadgen.load.workers import run_workers, worker_jobs
+    from loadgen.results.readings import ClientReading
+    from loadgen.scenario.schema import Sampling, Target
+    from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
+
+    base_url = start_sim(ttft_ms=1, itl_ms=0.05)
+    body = encode_payload(build_payload("completions", "loadgen-sim", Prompt(4, token_ids=(1, 2, 3, 4)), 256,
+                                        sampling=Sampling()))
+    count = 240
+    pool = [PreparedRequest(0, body, 4, 256)] * count
+    records: list[RequestRecord] = []
+    messages: list[str] = []
+
+    def slow_emit(r: RequestRecord) -> None:
+        records.append(r)
+        time.sleep(0.01)  # the parent's own work on each record, made slow
+
+    def health(v: ClientReading) -> None:
+        pass
+
+    async def main() -> None:
+        config = ClientConfig(Target(base_url=base_url), base_url, time.perf_counter_ns())
+        jobs = worker_jobs(2, config, pool, count, 16, Arrivals(None), None)
+        await run_workers(jobs, emit=slow_emit, health=health, stop=asyncio.Event(), message=messages.append)
+
+    asyncio.run(main())
+    assert messages == []
+    assert sorted(r.request_id for r in records) == list(range(count))
+    assert all(r.ok and r.output_tokens == 256 for r in records)
