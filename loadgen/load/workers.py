@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +76,11 @@ def _indices(job: WorkerJob) -> Any:
 
 def worker_main(job: WorkerJob, conn: Connection) -> None:
     """A worker process: connect, wait for the start time, run its share, report."""
+    # a stop is the parent's to hear: Ctrl-C, a closed terminal or `timeout` signal the whole
+    # process group, and a worker that died of it would lose its in-flight requests; the parent
+    # tells each worker to stop, and a worker whose parent is gone stops when its pipe closes
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 import psutil
+import pytest
 import yaml
 
 from loadgen.load.workers import resolve_workers
@@ -95,7 +96,17 @@ def test_auto_is_one_worker_per_usable_core() -> None:
     assert resolve_workers(3) == 3
 
 
-def test_sigterm_stops_every_worker_and_keeps_the_records(start_sim: StartSim, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "to_group"), [
+    (signal.SIGTERM, False),  # kill PID
+    (signal.SIGINT, True),  # Ctrl-C in a terminal: the whole foreground group
+    (signal.SIGTERM, True),  # timeout -s TERM: its child's group
+    (signal.SIGHUP, True),  # the terminal closed
+])
+def test_a_stop_ends_every_worker_and_keeps_the_records(start_sim: StartSim, tmp_path: Path, sig: int,
+                                                         to_group: bool) -> None:
+    """However the stop comes, the workers hear it from the parent: a signal sent to the whole group
+    (before: each worker died of it, with a traceback, its in-flight requests lost and "ended
+    unexpectedly" said of it) is the parent's to handle."""
     base_url = start_sim(ttft_ms=20, itl_ms=10)
     body = scenario(base_url, 2, duration_s=60)
     body["workload"]["output_tokens"] = 200
@@ -103,7 +114,7 @@ def test_sigterm_stops_every_worker_and_keeps_the_records(start_sim: StartSim, t
     path.write_text(yaml.safe_dump({"name": "long", **body}))
     run_dir = tmp_path / "long"
     proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(run_dir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
     records = run_dir / "records.jsonl"
     while time.monotonic() < deadline:  # until the window has finished requests from both workers
@@ -113,9 +124,13 @@ def test_sigterm_stops_every_worker_and_keeps_the_records(start_sim: StartSim, t
         time.sleep(0.2)
     children = psutil.Process(proc.pid).children(recursive=True)
     assert len(children) >= 2
-    proc.send_signal(signal.SIGTERM)
+    if to_group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err
+    assert "ended unexpectedly" not in err
     psutil.wait_procs(children, timeout=10)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     measured = [r for r in read_records(records) if not r.warmup]
