@@ -34,6 +34,7 @@ from loadgen.load.selfcheck import ClientMonitor
 from loadgen.load.stopping import relay
 from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
+from loadgen.workload.prompts import PoolShare, RequestPool
 
 # messages on a worker's pipe: a one-byte tag, then the payload
 _READY, _START, _STOP, _RECORD, _HEALTH, _END = b"C", b"S", b"X", b"R", b"H", b"E"
@@ -236,6 +237,7 @@ def worker_jobs(
 ) -> list[WorkerJob]:
     """One job per worker, with its share of the concurrency."""
     return [
-        WorkerJob(k, workers, client, pool, count, conc, arrivals, duration_s)
+        WorkerJob(k, workers, client, PoolShare(pool, k, workers) if isinstance(pool, RequestPool) else pool, count,
+                  conc, arrivals, duration_s)
         for k, conc in enumerate(concurrency_shares(workers, concurrency))
     ]

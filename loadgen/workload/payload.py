@@ -221,4 +221,6 @@ def response_items(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def encode_payload(body: RequestBody) -> bytes:
-    return orjson.dumps(body)
+    # an exact copy: the bytes orjson returns keep the buffer it wrote them in (8 KiB for a body
+    # of 800 bytes), and a run holds every body of its pool: 1.8 GB for 200,000 prompts, not 0.2
+    return memoryview(orjson.dumps(body)).tobytes()

@@ -132,6 +132,23 @@ def test_a_pool_made_a_slice_at_a_time_is_the_pool_made_at_once() -> None:
     assert stopped[4999].body == whole[4999].body  # (what is asked for past them is made then)
 
 
+def test_a_workers_share_of_a_pool_holds_its_own_requests_only() -> None:
+    from loadgen.workload.prompts import PoolShare
+
+    (cell,) = expand_cells(parse_scenario({"workload": {"num_prompts": 10, "input_tokens": 16}}))
+    pool = prepare_requests(cell, "m", TextCalibration(), 7)
+    shares = [pickle.loads(pickle.dumps(PoolShare(pool, k, 3))) for k in range(3)]
+    # worker 1 of 3: requests 1, 4, 7 made ahead; 10 and 13 (a duration run's) made when asked
+    assert len(shares[1].ready) == 3
+    for i in (1, 4, 7, 10, 13):
+        assert shares[1][i].body == pool[i].body
+    with pytest.raises(IndexError):
+        shares[1][2]
+    assert all(len(share) == 10 for share in shares)
+    # together they hold the pool once (each used to get the whole of it)
+    assert sum(len(pickle.dumps(share.ready)) for share in shares) < 1.05 * len(pickle.dumps(pool.ready))
+
+
 def test_prompt_file_lines_are_used_in_turn(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(o) for o in ({"prompt": "hello there"}, {"prompt_token_ids": [1, 2]})))
