@@ -122,7 +122,7 @@ class ProgressObserver:
                              figures=self._figures(self.tps, self.ttft, self.errors))
 
     def preparing(self, cell: Cell, made: int, total: int) -> None:
-        """A cell's requests being made before its window: many take seconds (200,000: about ten)."""
+        """A cell's requests being made before its window: many take seconds (200,000: about nine)."""
         if self.making is None:
             if self.task is None:
                 self.progress.start()
