@@ -441,8 +441,7 @@ class _Run:
                 gpu.start()
             if cores is not None:
                 cores.start()
-            # the first scrape is taken before any request is sent: counters over the cell
-            # are last minus first, and a request that finished before it would go uncounted
+            # the first scrape before any request is sent: counters over the cell are last minus first
             await scraper.scrape_once(sampled)
             scraping = asyncio.create_task(scraper.run(sampled, first_done=True))
             try:
@@ -484,8 +483,9 @@ class _Run:
             )
             await warmup(client, cell, requests(Stream.WARMUP, point.load.warmup_requests), emit, stop)
         pool = requests(Stream.MEASURED, eager=False)
-        await make_ahead(pool, stop, lambda made, total: self.obs.preparing(cell, made, total))
-        await measured_window()
+        await make_ahead(pool, stop, lambda made, total: self.obs.preparing(cell, made, total, self.n_cells))
+        if not stop.is_set():  # (a stop heard while the requests were made: no window to open)
+            await measured_window()
         if (failure := self.out.samples.failure) is not None:
             raise failure
 

@@ -121,12 +121,12 @@ class ProgressObserver:
         self.progress.update(self.task, advance=advance, tps=self.tps, ttft=self.ttft, errors=self.errors,
                              figures=self._figures(self.tps, self.ttft, self.errors))
 
-    def preparing(self, cell: Cell, made: int, total: int) -> None:
+    def preparing(self, cell: Cell, made: int, total: int, cells: int) -> None:
         """A cell's requests being made before its window: many take seconds (200,000: about nine)."""
         if self.making is None:
             if self.task is None:
                 self.progress.start()
-            what = f"cell {cell.index + 1}" if cell.search is None else f"probe {cell.index + 1}"
+            what = f"cell {cell.index + 1}/{cells}" if cell.search is None else f"probe {cell.index + 1}"
             self.making = self.progress.add_task(f"{what}: making requests", total=total, figures="")
         self.progress.update(self.making, completed=made)
 

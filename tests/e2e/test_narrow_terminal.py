@@ -57,7 +57,7 @@ def test_200000_prompts_at_80_columns_say_they_are_being_made_and_keep_their_cou
                              "--out", str(out)], 80, timeout=300,
                             interrupt_on=re.compile(r"c=64 +[1-9]\d{3,}/200000 "))
     assert code == 130, ran[-2000:]
-    made = [int(n) for n in re.findall(r"cell 1: making requests +(\d+)/200000", ran)]
+    made = [int(n) for n in re.findall(r"cell 1/1: making requests +(\d+)/200000", ran)]
     assert made, ran[:2000]
     assert made == sorted(made)
     assert made[-1] < 200_000

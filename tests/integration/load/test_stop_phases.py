@@ -17,9 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.load.prepare import QuietObserver
+from loadgen.load.run import execute
 from loadgen.load.sidecall import SideCallError, side_call, side_client
+from loadgen.results.records import read_records
+from loadgen.results.rundir import RECORDS, SAMPLES
+from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.matrix import Cell
 from loadgen.servers.tiny import ensure_tiny
-from tests.conftest import live_group_members
+from tests.conftest import StartSim, live_group_members
 from tests.rawserver import MODELS_ANSWER, RawServer, is_models
 
 ROOT = Path(__file__).parents[3]
@@ -229,3 +235,32 @@ def test_a_stop_ends_the_report_and_leaves_no_half_written_file(tmp_path: Path, 
     assert err.strip().splitlines()[-1] == "interrupted"
     after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.name != "records.jsonl"}
     assert after == before  # nothing half-written, nothing left behind
+
+
+def test_a_stop_while_the_requests_are_made_sends_none_of_them(start_sim: StartSim, tmp_path: Path) -> None:
+    """Ctrl-C while a large cell's bodies are made: the run ends there, without opening the cell's
+    window (no request sent, no sample taken, no progress bar for it)."""
+    base_url = start_sim(ttft_ms=2, itl_ms=0.5)
+    told: list[str] = []
+
+    class Interrupting(QuietObserver):
+        def preparing(self, cell: Cell, made: int, total: int, cells: int) -> None:
+            told.append(f"making {made}/{total} of cell {cell.index + 1}/{cells}")
+            if len(told) == 2:
+                os.kill(os.getpid(), signal.SIGINT)  # heard by the run's own handler, as from a terminal
+
+        def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:
+            told.append("window")
+
+    sc = parse_scenario({"name": "stop-making", "target": {"base_url": base_url},
+                         "workload": {"num_prompts": 40_000, "input_tokens": 8, "output_tokens": 4},
+                         "load": {"concurrency": 8, "warmup_requests": 2}})
+    out = tmp_path / "run"
+    assert execute(sc, out, observer=Interrupting()).interrupted
+    assert told[:2] == ["making 2000/40000 of cell 1/1", "making 4000/40000 of cell 1/1"]
+    assert "window" not in told  # (before: the window opened, sent nothing and closed)
+    assert len(told) < 10  # heard within a few slices of 2,000 (of 20)
+    records = list(read_records(out / RECORDS))
+    assert records  # the warmup's
+    assert all(r.warmup for r in records)  # and no measured request
+    assert not (out / SAMPLES).exists() or (out / SAMPLES).read_bytes() == b""

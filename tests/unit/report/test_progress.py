@@ -59,10 +59,10 @@ def line_of(bar: ProgressObserver, width: int) -> str:
 def test_80_columns_hold_a_large_runs_line_whole_and_the_making_of_its_requests() -> None:
     (cell,) = expand_cells(parse_scenario({"workload": {"num_prompts": 200_000}, "load": {"concurrency": 64}}))
     bar = ProgressObserver(Console(file=io.StringIO(), width=80))
-    bar.preparing(cell, 2000, 200_000)
-    bar.preparing(cell, 52_000, 200_000)
+    bar.preparing(cell, 2000, 200_000, 1)
+    bar.preparing(cell, 52_000, 200_000, 1)
     making = line_of(bar, 80)
-    assert making.startswith("cell 1: making requests  52000/200000 ")
+    assert making.startswith("cell 1/1: making requests  52000/200000 ")
     assert "tok/s" not in making
     bar.cell_started(cell, 200_000, 1)
     assert len(bar.progress.tasks) == 1  # the making line gave way to the cell's
