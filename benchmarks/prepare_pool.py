@@ -6,7 +6,9 @@ hold, and what each client worker process is sent.
 
 Prints, for the default text prompts: seconds and microseconds per request to make them, the
 process's memory per request held (resident set growth, and what Python's allocator traced for
-the bodies), and the pickled size of one worker's share and of the whole pool. Asserts nothing.
+the bodies), what one client worker process (``load.workers``) is sent before it makes its own
+share, and how long making that share takes it (the workers make theirs at once, on their own
+cores). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import psutil
 
 from loadgen.scenario.matrix import expand_cells
 from loadgen.scenario.schema import Scenario
-from loadgen.workload.prompts import PoolShare, TextCalibration, prepare_requests
+from loadgen.workload.prompts import MAKE_SLICE, PoolShare, TextCalibration, prepare_requests
 
 
 def main() -> None:
@@ -51,12 +53,16 @@ def main() -> None:
     traced = tracemalloc.get_traced_memory()[0] / len(sample.ready)
     tracemalloc.stop()
     print(f"traced by Python's allocator: {traced:,.0f} bytes per request")
+    del pool
+    unmade = prepare_requests(cell, "loadgen-sim", TextCalibration(), 0, eager=False)
+    sent = pickle.dumps(PoolShare(unmade, 0, args.workers), protocol=pickle.HIGHEST_PROTOCOL)
+    share = pickle.loads(sent)
     t0 = time.perf_counter()
-    share = pickle.dumps(PoolShare(pool, 0, args.workers), protocol=pickle.HIGHEST_PROTOCOL)
-    pickled = time.perf_counter() - t0
-    whole = len(pickle.dumps(pool, protocol=pickle.HIGHEST_PROTOCOL))
-    print(f"sent to each of {args.workers} workers: {len(share) / 1e6:,.1f} MB ({pickled:.2f} s to pickle); "
-          f"the whole pool pickled: {whole / 1e6:,.1f} MB")
+    while share.make(MAKE_SLICE):
+        pass
+    alone = time.perf_counter() - t0
+    print(f"each of {args.workers} workers is sent {len(sent) / 1e3:,.1f} kB and makes its {share.total:,} "
+          f"requests itself: {alone:.2f} s (worker 0's share, made here)")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,13 @@ from loadgen.scenario.matrix import Cell
 from loadgen.scenario.schema import Scenario
 from loadgen.servers.launch import LaunchedServer
 from loadgen.workload.payload import PreparedRequest
-from loadgen.workload.prompts import RequestPool, TextCalibration, calibration_from, calibration_requests
+from loadgen.workload.prompts import (
+    MAKE_SLICE,
+    RequestPool,
+    TextCalibration,
+    calibration_from,
+    calibration_requests,
+)
 from loadgen.workload.sessions import turns_of
 
 
@@ -133,17 +139,30 @@ def shaped(point: Scenario) -> str | None:
     return None
 
 
+def _asked_workers(cell: Cell) -> int:
+    """``load.workers``, at most one per stream."""
+    workers = resolve_workers(cell.point.load.workers)
+    return workers if cell.concurrency is None else min(workers, cell.concurrency)
+
+
+def client_processes(cell: Cell) -> int:
+    """How many client processes send the cell's measured requests (shaped loads run in one)."""
+    return 1 if shaped(cell.point) is not None else _asked_workers(cell)
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
     """Where a measured window's results go, and what stops it: each record (``emit``), each
     client reading (``health``), its start with the requests it plans (``started``), messages
-    for the user, and the event that ends it early."""
+    for the user, the event that ends it early, and (``preparing(made, total)``) the requests
+    worker processes make before it."""
 
     emit: Callable[[RequestRecord], None]
     health: Callable[[ClientReading], None]
     started: Callable[[int | None], None]
     message: Callable[[str], None]
     stop: asyncio.Event
+    preparing: Callable[[int, int], None] = lambda made, total: None
 
 
 async def measure_window(client: StreamingClient, cell: Cell, pool: RequestPool, seed: int, window: Window) -> None:
@@ -153,20 +172,20 @@ async def measure_window(client: StreamingClient, cell: Cell, pool: RequestPool,
     emit, stop, started, health = window.emit, window.stop, window.started, window.health
     w, ld = point.workload, point.load
     count = None if ld.duration_s else len(pool)
-    workers = resolve_workers(ld.workers)
-    if cell.concurrency is not None:
-        workers = min(workers, cell.concurrency)
+    workers = client_processes(cell)
     arrivals = Arrivals(cell.rate, ld.arrival, ld.burstiness, seed, ld.pacing, count)
     if (shape := shaped(point)) is not None:
-        if workers > 1:
+        if _asked_workers(cell) > 1:
             window.message(f"{shape} run in one client process (load.workers {ld.workers} is for plain schedules)")
         await _shaped_window(client, cell, pool, seed, window)
         return
     if workers > 1:
+        # each worker makes its own share of the requests (the parent made none: see run.py),
+        # connects, and says it is ready; the window starts when all are
         jobs = worker_jobs(workers, client.config, pool, count, cell.concurrency, arrivals, ld.duration_s)
-        started(count)
         with quiet_gc():
-            await run_workers(jobs, emit=emit, health=health, stop=stop, message=window.message)
+            await run_workers(jobs, emit=emit, health=health, stop=stop, message=window.message,
+                              preparing=window.preparing, on_ready=lambda: started(count))
         return
     # the connections the window needs, opened (or topped up) right before it, so TTFT holds
     # no connection setup and no idle keep-alive has expired in between
@@ -180,11 +199,6 @@ async def measure_window(client: StreamingClient, cell: Cell, pool: RequestPool,
             await run_load(client, plan, start_ns=time.perf_counter_ns(), emit=emit, stop=stop)
         finally:
             monitor.stop()
-
-
-# requests serialised between two turns of the event loop while a cell's pool is made (about
-# 0.1 s of work); a pool larger than one slice is shown on the console as it is made
-MAKE_SLICE = 2000
 
 
 async def make_ahead(pool: RequestPool, stop: asyncio.Event, progress: Callable[[int, int], None]) -> None:

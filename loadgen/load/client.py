@@ -55,6 +55,15 @@ class ClientConfig:
     clock: str = "auto"  # load.clock: auto, kernel or loop
 
 
+def new_loop() -> asyncio.AbstractEventLoop:
+    """The client's event loop: uvloop's where it is installed (Linux and macOS)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class StreamingClient:
     """Sends prepared requests to ``{base_url}/completions`` or ``/chat/completions``.
 

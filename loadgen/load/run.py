@@ -13,8 +13,17 @@ from pathlib import Path
 
 from loadgen.engines.preflight import check_models
 from loadgen.errors import EngineUnavailable, LaunchError, OutputError, ScenarioError, TargetError, UsageError
-from loadgen.load.cell import AbortRule, Measuring, Window, calibrate, make_ahead, measure_window, warmup
-from loadgen.load.client import ClientConfig, StreamingClient
+from loadgen.load.cell import (
+    AbortRule,
+    Measuring,
+    Window,
+    calibrate,
+    client_processes,
+    make_ahead,
+    measure_window,
+    warmup,
+)
+from loadgen.load.client import ClientConfig, StreamingClient, new_loop
 from loadgen.load.connection import CLOSES_AFTER_ANSWER
 from loadgen.load.enginecores import EngineCoreSampler
 from loadgen.load.limits import connections_needed, ensure_fd_limit
@@ -61,26 +70,9 @@ from loadgen.scenario.schema import Scenario, base_url_problem
 from loadgen.servers.cpus import pin, split_cores, usable_cores
 from loadgen.servers.launch import STOP_SIGNALS, LaunchedServer, stops_interrupt, tail
 from loadgen.workload.payload import api_key, auth_headers
-from loadgen.workload.prompts import (
-    RequestPool,
-    Sources,
-    Stream,
-    TextCalibration,
-    needs_calibration,
-    prepare_requests,
-)
+from loadgen.workload.prompts import RequestPool, Sources, Stream, TextCalibration, needs_calibration, prepare_requests
 
 __all__ = ["Observer", "QuietObserver", "RunResult", "execute"]
-
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
 
 def execute(
     scenario: Scenario,
@@ -280,7 +272,7 @@ class _Run:
                 self.provenance.placed(placed)
             # the engine's cores on this host, watched while each cell runs
             self.engine_watch = engine_to_watch(url, server, placed)
-            with asyncio.Runner(loop_factory=_new_loop) as runner:
+            with asyncio.Runner(loop_factory=new_loop) as runner:
                 runner.run(self._run_cells(todo, url, server, info))
         finally:
             pin(0, cores)  # this process may go on (a matrix, a test): its cores back
@@ -431,6 +423,9 @@ class _Run:
         def started(total: int | None) -> None:
             self.obs.cell_started(cell, total, self.n_cells)
 
+        def making(made: int, total: int) -> None:  # the requests made before the window
+            self.obs.preparing(cell, made, total, self.n_cells)
+
         gpu = GpuSampler(server.proc.pid, sampled) if server is not None and server.proc else None
         watched = self.engine_watch
         cores = EngineCoreSampler(watched[0], watched[1], sampled) if watched is not None else None
@@ -445,7 +440,7 @@ class _Run:
             await scraper.scrape_once(sampled)
             scraping = asyncio.create_task(scraper.run(sampled, first_done=True))
             try:
-                window = Window(emit, sampled, started, self.obs.message, stop)
+                window = Window(emit, sampled, started, self.obs.message, stop, making)
                 await measure_window(m.client, cell, pool, self.seed, window)
             finally:
                 scraping.cancel()
@@ -483,7 +478,8 @@ class _Run:
             )
             await warmup(client, cell, requests(Stream.WARMUP, point.load.warmup_requests), emit, stop)
         pool = requests(Stream.MEASURED, eager=False)
-        await make_ahead(pool, stop, lambda made, total: self.obs.preparing(cell, made, total, self.n_cells))
+        if client_processes(cell) == 1:  # (worker processes make their own shares, in parallel)
+            await make_ahead(pool, stop, making)
         if not stop.is_set():  # (a stop heard while the requests were made: no window to open)
             await measured_window()
         if (failure := self.out.samples.failure) is not None:

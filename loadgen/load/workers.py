@@ -2,9 +2,10 @@
 
 The schedule is partitioned round-robin (worker k sends requests k, k+N, k+2N, ... with its
 share of the concurrency, ``schedule.concurrency_shares``); each worker is a fresh process with its own
-event loop and its own connections, opened before the window. The parent waits until every
-worker is connected, then gives them one start time on the shared monotonic clock
-(``perf_counter_ns`` is system-wide on Linux), so every request keeps its place on the one
+event loop and its own connections, opened before the window. Each makes its own share of the
+request bodies first, in parallel with the others (the parent makes none, and says how many
+are made). The parent waits until every worker is connected, then gives them one start time
+on the shared monotonic clock (``perf_counter_ns`` is system-wide on Linux), so every request keeps its place on the one
 schedule and every record is on the run's clock base. Workers send each record to the parent
 as it completes (the parent writes ``records.jsonl``, so nothing measured is lost if a worker
 dies), their self-check samples, and a last message when done. A stop (Ctrl-C, SIGTERM, the
@@ -27,17 +28,17 @@ from typing import Any
 import orjson
 
 from loadgen.errors import OutputError
-from loadgen.load.client import ClientConfig, StreamingClient
+from loadgen.load.client import ClientConfig, StreamingClient, new_loop
 from loadgen.load.dispatch import LoadPlan, Requests, run_load
 from loadgen.load.schedule import Arrivals, concurrency_shares
 from loadgen.load.selfcheck import ClientMonitor
 from loadgen.load.stopping import relay
 from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
-from loadgen.workload.prompts import PoolShare, RequestPool
+from loadgen.workload.prompts import MAKE_SLICE, PoolShare, RequestPool
 
 # messages on a worker's pipe: a one-byte tag, then the payload
-_READY, _START, _STOP, _RECORD, _HEALTH, _END = b"C", b"S", b"X", b"R", b"H", b"E"
+_READY, _START, _STOP, _RECORD, _HEALTH, _END, _MADE = b"C", b"S", b"X", b"R", b"H", b"E", b"M"
 START_MARGIN_S = 0.05  # the start time given to the workers, this far ahead of "all ready"
 
 
@@ -76,18 +77,15 @@ def _indices(job: WorkerJob) -> Any:
 
 
 def worker_main(job: WorkerJob, conn: Connection) -> None:
-    """A worker process: connect, wait for the start time, run its share, report."""
+    """A worker process: make its share of the requests, connect, wait for the start time, run
+    its share, report."""
     # a stop is the parent's to hear: Ctrl-C, a closed terminal or `timeout` signal the whole
     # process group, and a worker that died of it would lose its in-flight requests; the parent
     # tells each worker to stop, and a worker whose parent is gone stops when its pipe closes
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(_worker(job, conn))
-    else:
-        uvloop.run(_worker(job, conn))
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(_worker(job, conn))
 
 
 async def _worker(job: WorkerJob, conn: Connection) -> None:
@@ -103,15 +101,20 @@ async def _worker(job: WorkerJob, conn: Connection) -> None:
                     started.set_result(int(msg[1:]))
                 elif msg[:1] == _STOP:
                     stop.set()
+                    if not started.done():  # stopped before the window: nothing to send
+                        started.set_result(0)
         except (EOFError, OSError):  # the parent is gone: stop
             stop.set()
             if not started.done():
                 started.set_result(0)
 
     watch_pipe(loop, conn, control)
+    if isinstance(job.pool, PoolShare):
+        await _make_share(job.pool, conn, stop)
     client = StreamingClient(job.client, worker=job.worker)
     async with client:
-        await client.open_connections(job.concurrency or 0)
+        if not stop.is_set():
+            await client.open_connections(job.concurrency or 0)
         conn.send_bytes(_READY)
         start_ns = await started
         def health(v: ClientReading) -> None:
@@ -130,6 +133,20 @@ async def _worker(job: WorkerJob, conn: Connection) -> None:
     conn.send_bytes(_END)
 
 
+async def _make_share(share: PoolShare, conn: Connection, stop: asyncio.Event) -> None:
+    """This worker's requests, made before it connects, a slice at a time (a stop is heard
+    between slices); the parent is told how many are made after each."""
+    left = share.make(MAKE_SLICE)
+    while True:
+        conn.send_bytes(_MADE + str(len(share.ready)).encode())
+        if not left:
+            return
+        await asyncio.sleep(0)
+        if stop.is_set():
+            return
+        left = share.make(MAKE_SLICE)
+
+
 async def run_workers(
     jobs: list[WorkerJob],
     *,
@@ -137,8 +154,12 @@ async def run_workers(
     health: Callable[[ClientReading], None],
     stop: asyncio.Event,
     message: Callable[[str], None],
+    preparing: Callable[[int, int], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Start the workers, give them one start time, collect their records until all are done."""
+    """Start the workers, give them one start time, collect their records until all are done.
+    ``preparing(made, total)`` follows the requests the workers make before the window (all of
+    them together); ``on_ready()`` is called once every worker is ready, right before the start."""
     ctx = mp.get_context("spawn")  # a fresh interpreter: no event loop or threads inherited
     loop = asyncio.get_running_loop()
     procs: list[Any] = []
@@ -148,6 +169,8 @@ async def run_workers(
     finished: dict[int, asyncio.Future[None]] = {}
     failures: list[OutputError] = []
     ending = asyncio.Event()  # the run's stop, or a record that could not be written
+    made = [0] * len(jobs)
+    to_make = sum(job.pool.total for job in jobs if isinstance(job.pool, PoolShare))
     relaying = asyncio.ensure_future(relay(stop, ending))
 
     def readable(k: int, conn: Connection) -> None:
@@ -164,6 +187,10 @@ async def run_workers(
                         ending.set()
                 elif tag == _HEALTH:
                     health(ClientReading.from_dict(orjson.loads(msg[1:])))
+                elif tag == _MADE:
+                    made[k] = int(msg[1:])
+                    if preparing is not None:
+                        preparing(sum(made), to_make)
                 elif tag == _READY:
                     ready += 1
                     if ready == len(jobs) and not all_ready.done():
@@ -207,6 +234,8 @@ async def run_workers(
         if ending.is_set():
             tell(_STOP)
         else:
+            if on_ready is not None:
+                on_ready()
             tell(_START + str(time.perf_counter_ns() + int(START_MARGIN_S * 1e9)).encode())
         done_all: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*finished.values()))
         await asyncio.wait([done_all, stopped], return_when=asyncio.FIRST_COMPLETED)

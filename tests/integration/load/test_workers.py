@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import faulthandler
 import os
 import signal
 import subprocess
@@ -16,9 +17,13 @@ import psutil
 import pytest
 import yaml
 
+from loadgen.load.prepare import QuietObserver
+from loadgen.load.run import execute
 from loadgen.load.workers import resolve_workers
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import rebuild_summary
+from loadgen.scenario.loader import parse_scenario
+from loadgen.scenario.matrix import Cell
 from tests.conftest import StartSim
 
 
@@ -179,3 +184,60 @@ def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -
     assert messages == []
     assert sorted(r.request_id for r in records) == list(range(count))
     assert all(r.ok and r.output_tokens == 256 for r in records)
+
+
+class _Told(QuietObserver):
+    """What the console is told: the making of the requests, the window's start."""
+
+    def __init__(self, interrupt_at: int | None = None) -> None:
+        self.told: list[tuple[str, int, int]] = []
+        self.interrupt_at = interrupt_at
+
+    def preparing(self, cell: Cell, made: int, total: int, cells: int) -> None:
+        self.told.append(("making", made, total))
+        if len(self.told) == self.interrupt_at:
+            os.kill(os.getpid(), signal.SIGINT)  # heard by the run's own handler, as from a terminal
+
+    def cell_started(self, cell: Cell, total: int | None, cells: int) -> None:
+        self.told.append(("window", 0, total or 0))
+
+
+def _run_watched(base_url: str, tmp_path: Path, observer: _Told) -> tuple[bool, list[RequestRecord]]:
+    sc = parse_scenario({"name": "made", "target": {"base_url": base_url},
+                         "workload": {"num_prompts": 20_000, "input_tokens": 8, "output_tokens": 4},
+                         "load": {"concurrency": 8, "warmup_requests": 2, "workers": 2, "duration_s": 1}})
+    faulthandler.dump_traceback_later(120, exit=True)  # a run that never ends fails, with its stacks
+    try:
+        result = execute(sc, tmp_path / "run", observer=observer)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    return result.interrupted, [r for r in read_records(tmp_path / "run" / "records.jsonl") if not r.warmup]
+
+
+def test_workers_make_their_own_requests_and_the_console_follows_them(start_sim: StartSim, tmp_path: Path) -> None:
+    """Each worker makes its share of the bodies (the parent made all of them, then sent each
+    worker its share); the console follows the making of all of them, then the window starts."""
+    base_url = start_sim(ttft_ms=2, itl_ms=0.5)
+    observer = _Told()
+    interrupted, measured = _run_watched(base_url, tmp_path, observer)
+    assert not interrupted
+    making = [(made, total) for what, made, total in observer.told if what == "making"]
+    # slices of 2,000 by each worker, told as both workers' count together
+    assert {total for _, total in making} == {20_000}
+    assert [made for made, _ in making] == sorted(made for made, _ in making)
+    assert making[-1] == (20_000, 20_000)
+    assert len(making) == 10  # 5 slices of each worker's 10,000
+    assert observer.told[-1][0] == "window"  # once every worker is ready, not before
+    assert measured
+    assert all(r.ok for r in measured)
+    assert all(r.request_id % 2 == r.worker for r in measured)
+
+
+def test_a_stop_while_the_workers_make_their_requests_sends_none(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=2, itl_ms=0.5)
+    observer = _Told(interrupt_at=1)
+    interrupted, measured = _run_watched(base_url, tmp_path, observer)
+    assert interrupted
+    assert measured == []
+    assert "window" not in [what for what, _, _ in observer.told]
+    assert len(observer.told) < 10  # not every slice was made

@@ -149,6 +149,31 @@ def test_a_workers_share_of_a_pool_holds_its_own_requests_only() -> None:
     assert sum(len(pickle.dumps(share.ready)) for share in shares) < 1.05 * len(pickle.dumps(pool.ready))
 
 
+def test_a_worker_makes_its_own_share_and_it_is_the_share_the_parent_would_have_made() -> None:
+    from loadgen.workload.prompts import PoolShare
+
+    (cell,) = expand_cells(parse_scenario({"workload": {"num_prompts": 10, "input_tokens": 16}}))
+    whole = prepare_requests(cell, "m", TextCalibration(), 7)
+    unmade = prepare_requests(cell, "m", TextCalibration(), 7, eager=False)
+    share = pickle.loads(pickle.dumps(PoolShare(unmade, 1, 3)))  # sent before any body is made
+    assert (share.ready, share.total) == ([], 3)  # requests 1, 4 and 7 of 10
+    assert share.make(2) == 1
+    assert [r.body for r in share.ready] == [whole[1].body, whole[4].body]
+    assert share[7].body == whole[7].body  # (not made ahead yet: made when asked)
+    assert share.make(2) == 0
+    assert share.make(2) == 0  # nothing past the requests made ahead
+    assert [r.body for r in share.ready] == [whole[i].body for i in (1, 4, 7)]
+    assert share[10].body == whole[10].body  # a duration run's, past them
+    with pytest.raises(IndexError):
+        share[3]
+    # a pool partly made by the parent: the share goes on from there
+    part = prepare_requests(cell, "m", TextCalibration(), 7, eager=False)
+    part.make(5)
+    rest = PoolShare(part, 1, 3)
+    assert (len(rest.ready), rest.make(100)) == (2, 0)
+    assert [r.body for r in rest.ready] == [whole[i].body for i in (1, 4, 7)]
+
+
 def test_prompt_file_lines_are_used_in_turn(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(o) for o in ({"prompt": "hello there"}, {"prompt_token_ids": [1, 2]})))
