@@ -20,6 +20,7 @@ opening is part of the prompt, not a salt added to it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from enum import IntEnum
@@ -67,12 +68,26 @@ def request_key(cell: int, stream: Stream, index: int) -> int:
 
 def key_digits(key: int, base: int) -> list[int]:
     """``key`` as a fixed-width number in ``base`` (most significant first)."""
-    width = math.ceil(KEY_BITS / math.log2(base))
     digits = []
-    for _ in range(width):
+    for _ in range(_key_width(base)):
         key, d = divmod(key, base)
         digits.append(d)
     return digits[::-1]
+
+
+@functools.cache
+def _key_width(base: int) -> int:
+    return math.ceil(KEY_BITS / math.log2(base))
+
+
+def _rng(entropy: tuple[int, ...]) -> np.random.Generator:
+    """A generator seeded by ``entropy``: ``np.random.default_rng(entropy)``'s stream, made in
+    two thirds of its time (it is made once per request: 200,000 for a large run)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
+
+
+# the words as an array: a draw of indices picks its words in one step
+_WORD_ARRAY = np.array(WORDS, dtype=object)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +124,14 @@ class PromptMaker:
         if prefix is not None and shared is not None:
             total += shared.tokens
             if uses_token_ids(self.workload, self.api):
-                head_ids = self._ids(shared.tokens, np.random.default_rng((self.seed, PREFIX_SPACE, prefix)))
+                head_ids = self._ids(shared.tokens, _rng((self.seed, PREFIX_SPACE, prefix)))
             else:
                 n = max(1, round(shared.tokens / self.calibration.per_word))
                 # it opens with the word this request's own text would open with (its key's
                 # leading digit): a tokenizer splits a prompt's first word, which has no space
                 # before it, as it pleases, and the calibration measured that split on this word
                 opening = WORDS[key_digits(request_key(cell, stream, index), len(WORDS))[0]]
-                rest = self._words(n - 1, np.random.default_rng((self.seed, PREFIX_SPACE, prefix)))
+                rest = self._words(n - 1, _rng((self.seed, PREFIX_SPACE, prefix)))
                 head_words = [opening, *rest]
         if uses_token_ids(self.workload, self.api):
             return Prompt(total, token_ids=tuple(head_ids + self.unique_ids(input_tokens, cell, stream, index)))
@@ -125,24 +140,25 @@ class PromptMaker:
 
     def _ids(self, n: int, rng: np.random.Generator) -> list[int]:
         lo, hi = self.workload.token_id_range
-        return [int(x) for x in rng.integers(lo, hi, size=n)]
+        ids: list[int] = rng.integers(lo, hi, size=n).tolist()
+        return ids
 
     @staticmethod
     def _words(n: int, rng: np.random.Generator) -> list[str]:
-        return [WORDS[i] for i in rng.integers(0, len(WORDS), size=n)]
+        words: list[str] = _WORD_ARRAY[rng.integers(0, len(WORDS), size=n)].tolist()
+        return words
 
     def unique_ids(self, n: int, cell: int, stream: Stream, index: int) -> list[int]:
-        rng = np.random.default_rng((self.seed, cell, int(stream), index))
+        rng = _rng((self.seed, cell, int(stream), index))
         lo, hi = self.workload.token_id_range
         head = [lo + d for d in key_digits(request_key(cell, stream, index), hi - lo)][:n]
-        return head + [int(x) for x in rng.integers(lo, hi, size=n - len(head))]
+        return head + self._ids(n - len(head), rng)
 
     def text(self, words: int, cell: int, stream: Stream, index: int) -> str:
         """Exactly ``words`` words: the key's spelling, then words drawn from the seed."""
-        rng = np.random.default_rng((self.seed, cell, int(stream), index))
+        rng = _rng((self.seed, cell, int(stream), index))
         head = [WORDS[d] for d in key_digits(request_key(cell, stream, index), len(WORDS))][:words]
-        rest = rng.integers(0, len(WORDS), size=words - len(head))
-        return " ".join(head + [WORDS[i] for i in rest])
+        return " ".join(head + self._words(words - len(head), rng))
 
     def trace_prompt(self, row: TraceRow, block_tokens: int, cell: int, stream: Stream, index: int) -> Prompt:
         """A trace row's prompt: block ``h`` of its ``hash_ids`` is the same content wherever h
@@ -151,7 +167,7 @@ class PromptMaker:
         if uses_token_ids(self.workload, self.api):
             ids: list[int] = []
             for h in row.hash_ids:
-                ids += self._ids(block_tokens, np.random.default_rng((self.seed, BLOCK_SPACE, h)))
+                ids += self._ids(block_tokens, _rng((self.seed, BLOCK_SPACE, h)))
             ids = ids[:n]
             if len(ids) < n:
                 ids += self.unique_ids(n - len(ids), cell, stream, index)
@@ -162,7 +178,7 @@ class PromptMaker:
         for h in row.hash_ids:
             if len(words) >= want:
                 break
-            words += self._words(per_block, np.random.default_rng((self.seed, BLOCK_SPACE, h)))
+            words += self._words(per_block, _rng((self.seed, BLOCK_SPACE, h)))
         words = words[:want]
         text = " ".join(words)
         if len(words) < want:
@@ -211,7 +227,7 @@ class RequestMaker:
         w = self.prompts.workload
         if w.input_dist.kind == "fixed" and w.output_dist.kind == "fixed":
             return self.input_tokens, self.output_tokens
-        rng = np.random.default_rng((self.prompts.seed, self.cell, int(self.stream), i, LENGTH_DRAW))
+        rng = _rng((self.prompts.seed, self.cell, int(self.stream), i, LENGTH_DRAW))
         return draw(w.input_dist, self.input_tokens, rng), draw(w.output_dist, self.output_tokens, rng)
 
     def prompt(self, i: int) -> tuple[Prompt, int]:
