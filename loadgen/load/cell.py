@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +23,7 @@ from loadgen.load.schedule import Arrivals, iter_offsets, ramp_offsets, vllm_off
 from loadgen.load.selfcheck import ClientMonitor
 from loadgen.load.sessions import SessionPool, SessionRunner
 from loadgen.load.target import unusable
-from loadgen.load.workers import resolve_workers, run_workers, worker_jobs
+from loadgen.load.workers import WorkerGroup, resolve_workers, worker_jobs
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
@@ -165,27 +165,55 @@ class Window:
     preparing: Callable[[int, int], None] = lambda made, total: None
 
 
-async def measure_window(client: StreamingClient, cell: Cell, pool: RequestPool, seed: int, window: Window) -> None:
-    """A cell's measured requests: from this process, from worker processes, or shaped
-    (sessions, a trace, a ramp-up, stages), with the client's health sampled throughout."""
+def _arrivals(cell: Cell, pool: RequestPool, seed: int) -> tuple[int | None, Arrivals]:
+    """The window's request count (None: a duration) and its arrival schedule."""
+    ld = cell.point.load
+    count = None if ld.duration_s else len(pool)
+    return count, Arrivals(cell.rate, ld.arrival, ld.burstiness, seed, ld.pacing, count)
+
+
+@asynccontextmanager
+async def ahead_of_window(
+    client: StreamingClient, cell: Cell, pool: RequestPool, seed: int, window: Window,
+) -> AsyncIterator[WorkerGroup | None]:
+    """What comes before a cell's window, outside it: its request bodies made (a stop is heard
+    between slices), here or by its worker processes, which make their own shares at once and
+    connect; gives the workers, ready (None: one process), and ends them after the window."""
+    if client_processes(cell) == 1:
+        await make_ahead(pool, window.stop, window.preparing)
+        yield None
+        return
+    ld = cell.point.load
+    count, arrivals = _arrivals(cell, pool, seed)
+    jobs = worker_jobs(client_processes(cell), client.config, pool, count, cell.concurrency, arrivals, ld.duration_s)
+    group = WorkerGroup(jobs, window.emit, window.health, window.message, window.stop)
+    try:
+        await group.start(window.preparing)
+        yield group
+    finally:
+        await group.close()
+
+
+async def measure_window(
+    client: StreamingClient, cell: Cell, pool: RequestPool, seed: int, window: Window,
+    workers: WorkerGroup | None = None,
+) -> None:
+    """A cell's measured requests: from this process, from its worker processes (``workers``,
+    ready: ``ahead_of_window``), or shaped (sessions, a trace, a ramp-up, stages), with the
+    client's health sampled throughout."""
     point = cell.point
     emit, stop, started, health = window.emit, window.stop, window.started, window.health
     w, ld = point.workload, point.load
-    count = None if ld.duration_s else len(pool)
-    workers = client_processes(cell)
-    arrivals = Arrivals(cell.rate, ld.arrival, ld.burstiness, seed, ld.pacing, count)
+    count, arrivals = _arrivals(cell, pool, seed)
     if (shape := shaped(point)) is not None:
         if _asked_workers(cell) > 1:
             window.message(f"{shape} run in one client process (load.workers {ld.workers} is for plain schedules)")
         await _shaped_window(client, cell, pool, seed, window)
         return
-    if workers > 1:
-        # each worker makes its own share of the requests (the parent made none: see run.py),
-        # connects, and says it is ready; the window starts when all are
-        jobs = worker_jobs(workers, client.config, pool, count, cell.concurrency, arrivals, ld.duration_s)
+    if workers is not None:
+        started(count)
         with quiet_gc():
-            await run_workers(jobs, emit=emit, health=health, stop=stop, message=window.message,
-                              preparing=window.preparing, on_ready=lambda: started(count))
+            await workers.run()
         return
     # the connections the window needs, opened (or topped up) right before it, so TTFT holds
     # no connection setup and no idle keep-alive has expired in between

@@ -17,9 +17,8 @@ from loadgen.load.cell import (
     AbortRule,
     Measuring,
     Window,
+    ahead_of_window,
     calibrate,
-    client_processes,
-    make_ahead,
     measure_window,
     warmup,
 )
@@ -51,6 +50,7 @@ from loadgen.load.serving import (
 )
 from loadgen.load.stopping import relay, unless_stopped
 from loadgen.load.target import model_context, refused_params, too_long
+from loadgen.load.workers import WorkerGroup
 from loadgen.results.cellstatus import CellStatus, EarlyStop, SearchProbe, ServerInfo
 from loadgen.results.provenance import LaunchRecord, Provenance
 from loadgen.results.readings import Reading, Scrape
@@ -426,11 +426,13 @@ class _Run:
         def making(made: int, total: int) -> None:  # the requests made before the window
             self.obs.preparing(cell, made, total, self.n_cells)
 
+        window = Window(emit, sampled, started, self.obs.message, stop, making)
+
         gpu = GpuSampler(server.proc.pid, sampled) if server is not None and server.proc else None
         watched = self.engine_watch
         cores = EngineCoreSampler(watched[0], watched[1], sampled) if watched is not None else None
 
-        async def measured_window() -> None:
+        async def measured_window(workers: WorkerGroup | None) -> None:
             await scraper.reset_peak()
             if gpu is not None:
                 gpu.start()
@@ -440,8 +442,7 @@ class _Run:
             await scraper.scrape_once(sampled)
             scraping = asyncio.create_task(scraper.run(sampled, first_done=True))
             try:
-                window = Window(emit, sampled, started, self.obs.message, stop, making)
-                await measure_window(m.client, cell, pool, self.seed, window)
+                await measure_window(m.client, cell, pool, self.seed, window, workers)
             finally:
                 scraping.cancel()
                 await asyncio.gather(scraping, return_exceptions=True)
@@ -478,10 +479,9 @@ class _Run:
             )
             await warmup(client, cell, requests(Stream.WARMUP, point.load.warmup_requests), emit, stop)
         pool = requests(Stream.MEASURED, eager=False)
-        if client_processes(cell) == 1:  # (worker processes make their own shares, in parallel)
-            await make_ahead(pool, stop, making)
-        if not stop.is_set():  # (a stop heard while the requests were made: no window to open)
-            await measured_window()
+        async with ahead_of_window(client, cell, pool, self.seed, window) as workers:
+            if not stop.is_set():  # (a stop heard while the requests were made: no window to open)
+                await measured_window(workers)
         if (failure := self.out.samples.failure) is not None:
             raise failure
 

@@ -147,6 +147,129 @@ async def _make_share(share: PoolShare, conn: Connection, stop: asyncio.Event) -
         left = share.make(MAKE_SLICE)
 
 
+class WorkerGroup:
+    """The worker processes of one window. ``start`` spawns them; each makes its share of the
+    requests and connects, and ``start`` returns once all are ready (or a stop came first):
+    nothing of this is in the window. ``run`` gives them one start time and collects their
+    records until all are done; ``close`` ends them (told to stop where they still run)."""
+
+    def __init__(
+        self, jobs: list[WorkerJob], emit: Callable[[RequestRecord], None], health: Callable[[ClientReading], None],
+        message: Callable[[str], None], stop: asyncio.Event,
+    ) -> None:
+        self.jobs, self.emit, self.health, self.message = jobs, emit, health, message
+        self.loop = asyncio.get_running_loop()
+        self.procs: list[Any] = []
+        self.pipes: list[Connection] = []
+        self.ready = 0
+        self.all_ready: asyncio.Future[None] = self.loop.create_future()
+        self.finished: list[asyncio.Future[None]] = [self.loop.create_future() for _ in jobs]
+        self.failures: list[OutputError] = []
+        self.ending = asyncio.Event()  # the run's stop, or a record that could not be written
+        self._relaying = asyncio.ensure_future(relay(stop, self.ending))
+        self.made = [0] * len(jobs)
+        self.to_make = sum(job.pool.total for job in jobs if isinstance(job.pool, PoolShare))
+        self.preparing: Callable[[int, int], None] | None = None
+
+    def _readable(self, k: int, conn: Connection) -> None:
+        try:
+            while conn.poll():
+                msg = conn.recv_bytes()
+                tag = msg[:1]
+                if tag == _RECORD:
+                    try:
+                        self.emit(RequestRecord.from_dict(orjson.loads(msg[1:])))
+                    except OutputError as exc:  # not written: the workers stop, the run says why
+                        self.failures.append(exc)
+                        self.ending.set()
+                elif tag == _HEALTH:
+                    self.health(ClientReading.from_dict(orjson.loads(msg[1:])))
+                elif tag == _MADE:
+                    self.made[k] = int(msg[1:])
+                    if self.preparing is not None:
+                        self.preparing(sum(self.made), self.to_make)
+                elif tag == _READY:
+                    self.ready += 1
+                    if self.ready == len(self.jobs) and not self.all_ready.done():
+                        self.all_ready.set_result(None)
+                elif tag == _END:
+                    self.loop.remove_reader(conn.fileno())
+                    self.finished[k].set_result(None)
+                    return
+        except (EOFError, OSError):
+            self.loop.remove_reader(conn.fileno())
+            code = self.procs[k].exitcode
+            self.message(f"warning: client worker {k} ended unexpectedly (exit {code}); "
+                         "the records it sent are kept, its in-flight requests are lost")
+            if not self.finished[k].done():
+                self.finished[k].set_result(None)
+            if not self.all_ready.done():
+                self.all_ready.set_result(None)
+
+    def _tell(self, tag: bytes) -> None:
+        for k, p in enumerate(self.pipes):
+            if not self.finished[k].done():
+                try:
+                    p.send_bytes(tag)
+                except OSError:
+                    pass
+
+    async def start(self, preparing: Callable[[int, int], None] | None = None) -> bool:
+        """Spawn the workers and wait until all are ready; False when a stop came first.
+        ``preparing(made, total)`` follows the requests they make (all of them together)."""
+        ctx = mp.get_context("spawn")  # a fresh interpreter: no event loop or threads inherited
+        self.preparing = preparing
+        for job in self.jobs:
+            parent, child = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=worker_main, args=(job, child), name=f"loadgen-worker-{job.worker}",
+                               daemon=True)
+            proc.start()
+            child.close()
+            self.procs.append(proc)
+            self.pipes.append(parent)
+            watch_pipe(self.loop, parent, self._readable, job.worker, parent)
+        stopped: asyncio.Future[Any] = asyncio.ensure_future(self.ending.wait())
+        try:
+            await asyncio.wait([self.all_ready, stopped], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        return not self.ending.is_set()
+
+    async def run(self) -> None:
+        """One start time for every worker, then their records until all are done (or a stop)."""
+        self._tell(_START + str(time.perf_counter_ns() + int(START_MARGIN_S * 1e9)).encode())
+        stopped: asyncio.Future[Any] = asyncio.ensure_future(self.ending.wait())
+        done_all: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*self.finished))
+        await asyncio.wait([done_all, stopped], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not done_all.done():
+            self._tell(_STOP)  # the workers record their in-flight requests as cancelled and end
+            await done_all
+
+    async def close(self) -> None:
+        """Every worker ended (those not started yet are told to stop and waited for), their
+        processes joined; a record that could not be written is raised here."""
+        self._relaying.cancel()
+        try:
+            if not all(f.done() for f in self.finished):
+                self._tell(_STOP)
+                await asyncio.gather(*self.finished)
+        finally:
+            for p in self.pipes:
+                try:
+                    self.loop.remove_reader(p.fileno())
+                except (OSError, ValueError):
+                    pass
+            for proc in self.procs:
+                await asyncio.to_thread(proc.join, 10)
+                if proc.is_alive():
+                    proc.kill()
+            for p in self.pipes:
+                p.close()
+        if self.failures:
+            raise self.failures[0]
+
+
 async def run_workers(
     jobs: list[WorkerJob],
     *,
@@ -154,110 +277,14 @@ async def run_workers(
     health: Callable[[ClientReading], None],
     stop: asyncio.Event,
     message: Callable[[str], None],
-    preparing: Callable[[int, int], None] | None = None,
-    on_ready: Callable[[], None] | None = None,
 ) -> None:
-    """Start the workers, give them one start time, collect their records until all are done.
-    ``preparing(made, total)`` follows the requests the workers make before the window (all of
-    them together); ``on_ready()`` is called once every worker is ready, right before the start."""
-    ctx = mp.get_context("spawn")  # a fresh interpreter: no event loop or threads inherited
-    loop = asyncio.get_running_loop()
-    procs: list[Any] = []
-    pipes: list[Connection] = []
-    ready = 0
-    all_ready: asyncio.Future[None] = loop.create_future()
-    finished: dict[int, asyncio.Future[None]] = {}
-    failures: list[OutputError] = []
-    ending = asyncio.Event()  # the run's stop, or a record that could not be written
-    made = [0] * len(jobs)
-    to_make = sum(job.pool.total for job in jobs if isinstance(job.pool, PoolShare))
-    relaying = asyncio.ensure_future(relay(stop, ending))
-
-    def readable(k: int, conn: Connection) -> None:
-        nonlocal ready
-        try:
-            while conn.poll():
-                msg = conn.recv_bytes()
-                tag = msg[:1]
-                if tag == _RECORD:
-                    try:
-                        emit(RequestRecord.from_dict(orjson.loads(msg[1:])))
-                    except OutputError as exc:  # not written: the workers stop, the run says why
-                        failures.append(exc)
-                        ending.set()
-                elif tag == _HEALTH:
-                    health(ClientReading.from_dict(orjson.loads(msg[1:])))
-                elif tag == _MADE:
-                    made[k] = int(msg[1:])
-                    if preparing is not None:
-                        preparing(sum(made), to_make)
-                elif tag == _READY:
-                    ready += 1
-                    if ready == len(jobs) and not all_ready.done():
-                        all_ready.set_result(None)
-                elif tag == _END:
-                    loop.remove_reader(conn.fileno())
-                    finished[k].set_result(None)
-                    return
-        except (EOFError, OSError):
-            loop.remove_reader(conn.fileno())
-            code = procs[k].exitcode
-            message(f"warning: client worker {k} ended unexpectedly (exit {code}); "
-                    "the records it sent are kept, its in-flight requests are lost")
-            if not finished[k].done():
-                finished[k].set_result(None)
-            if not all_ready.done():
-                all_ready.set_result(None)
-
+    """Start the workers, give them one start time, collect their records until all are done."""
+    group = WorkerGroup(jobs, emit, health, message, stop)
     try:
-        for job in jobs:
-            parent, child = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=worker_main, args=(job, child), name=f"loadgen-worker-{job.worker}",
-                               daemon=True)
-            proc.start()
-            child.close()
-            procs.append(proc)
-            pipes.append(parent)
-            finished[job.worker] = loop.create_future()
-            watch_pipe(loop, parent, readable, job.worker, parent)
-
-        def tell(tag: bytes) -> None:
-            for k, p in enumerate(pipes):
-                if not finished[k].done():
-                    try:
-                        p.send_bytes(tag)
-                    except OSError:
-                        pass
-
-        stopped: asyncio.Future[Any] = asyncio.ensure_future(ending.wait())
-        await asyncio.wait([all_ready, stopped], return_when=asyncio.FIRST_COMPLETED)
-        if ending.is_set():
-            tell(_STOP)
-        else:
-            if on_ready is not None:
-                on_ready()
-            tell(_START + str(time.perf_counter_ns() + int(START_MARGIN_S * 1e9)).encode())
-        done_all: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*finished.values()))
-        await asyncio.wait([done_all, stopped], return_when=asyncio.FIRST_COMPLETED)
-        if not done_all.done():
-            tell(_STOP)  # the workers record their in-flight requests as cancelled and end
-            await done_all
-        stopped.cancel()
+        if await group.start():
+            await group.run()
     finally:
-        relaying.cancel()
-        for p in pipes:
-            try:
-                loop.remove_reader(p.fileno())
-            except (OSError, ValueError):
-                pass
-        for proc in procs:
-            await asyncio.to_thread(proc.join, 10)
-            if proc.is_alive():
-                proc.kill()
-        for p in pipes:
-            p.close()
-    if failures:
-        raise failures[0]
+        await group.close()
 
 
 def worker_jobs(

@@ -192,9 +192,11 @@ class _Told(QuietObserver):
     def __init__(self, interrupt_at: int | None = None) -> None:
         self.told: list[tuple[str, int, int]] = []
         self.interrupt_at = interrupt_at
+        self.last_made = 0.0  # when the last of the requests were made (the wall clock)
 
     def preparing(self, cell: Cell, made: int, total: int, cells: int) -> None:
         self.told.append(("making", made, total))
+        self.last_made = time.time()
         if len(self.told) == self.interrupt_at:
             os.kill(os.getpid(), signal.SIGINT)  # heard by the run's own handler, as from a terminal
 
@@ -228,6 +230,10 @@ def test_workers_make_their_own_requests_and_the_console_follows_them(start_sim:
     assert making[-1] == (20_000, 20_000)
     assert len(making) == 10  # 5 slices of each worker's 10,000
     assert observer.told[-1][0] == "window"  # once every worker is ready, not before
+    # the window's samples (the server's /metrics here) begin after the making: its seconds with
+    # no request would count in the window's gauge means, power and cores
+    walls = [orjson.loads(line)["wall"] for line in (tmp_path / "run" / "probes.jsonl").read_bytes().splitlines()]
+    assert min(walls) > observer.last_made
     assert measured
     assert all(r.ok for r in measured)
     assert all(r.request_id % 2 == r.worker for r in measured)
