@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -37,14 +38,26 @@ def _usage_name(param: TyperArgument) -> Callable[[], str]:
     return name
 
 
+def flowing(text: str | None) -> str | None:
+    """A docstring's paragraphs as running text: the terminal wraps them at its own width (its
+    line breaks kept, they cut a paragraph at 80 columns into ragged pieces: "the others wait in
+    arrival" / "order."). A paragraph of one line (a command to type) is kept as it is."""
+    if text is None:
+        return None
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
 class _PlainHelp:
-    """Plain metavars in a command's help, the --help flag's included."""
+    """Plain metavars in a command's help, the --help flag's included; its text flowing."""
 
     params: list[Any]
+    help: str | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _plain_metavars(self.params)
+        self.help = flowing(self.help)
 
     def get_help_option(self, ctx: Any) -> Any:
         option = super().get_help_option(ctx)  # type: ignore[misc]

@@ -66,3 +66,20 @@ def test_locust_help_names_loadgen_options() -> None:
     text = CliRunner().invoke(app, ["locust", "--help"], env={"COLUMNS": "300"}, terminal_width=300).output
     for option in ("--scenario", "--set", "--step-time", "--host", "--out", "--shape"):
         assert option in text
+
+
+@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=[" ".join(p) or "loadgen" for p, _ in COMMANDS])
+def test_the_help_text_flows_at_80_columns(path: list[str], cmd: Any) -> None:
+    """A paragraph of help fills the narrow terminal's lines: the docstring's own line breaks
+    (kept by the help before) cut it into ragged pieces ("the others wait in arrival" / "order.")."""
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    usage = next(i for i, line in enumerate(lines) if "Usage:" in line)
+    end = next((i for i, line in enumerate(lines) if line.startswith("╭")), len(lines))
+    prose = "\n".join(line.strip() for line in lines[usage + 1:end]).strip()
+    for paragraph in prose.split("\n\n"):
+        rows = paragraph.splitlines()
+        for row, following in zip(rows, rows[1:], strict=False):
+            # a row ends short only where the next word would not have fitted on it
+            assert len(row) + 1 + len(following.split()[0]) > 78, (row, following)
