@@ -22,6 +22,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -40,6 +41,7 @@ from loadgen.workload.prompts import MAKE_SLICE, PoolShare, RequestPool
 # messages on a worker's pipe: a one-byte tag, then the payload
 _READY, _START, _STOP, _RECORD, _HEALTH, _END, _MADE = b"C", b"S", b"X", b"R", b"H", b"E", b"M"
 START_MARGIN_S = 0.05  # the start time given to the workers, this far ahead of "all ready"
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the parent's to hear, never a worker's
 
 
 def resolve_workers(workers: int | str) -> int:
@@ -82,8 +84,11 @@ def worker_main(job: WorkerJob, conn: Connection) -> None:
     # a stop is the parent's to hear: Ctrl-C, a closed terminal or `timeout` signal the whole
     # process group, and a worker that died of it would lose its in-flight requests; the parent
     # tells each worker to stop, and a worker whose parent is gone stops when its pipe closes
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in STOPS:
         signal.signal(sig, signal.SIG_IGN)
+    # (they were blocked from its start, by the parent: one that came while this process was
+    # still importing was held, and is now dropped)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     with asyncio.Runner(loop_factory=new_loop) as runner:
         runner.run(_worker(job, conn))
 
@@ -223,7 +228,17 @@ class WorkerGroup:
             parent, child = ctx.Pipe(duplex=True)
             proc = ctx.Process(target=worker_main, args=(job, child), name=f"loadgen-worker-{job.worker}",
                                daemon=True)
-            proc.start()
+            # the new process starts with the stop signals blocked, so that one that comes while it
+            # imports (a Ctrl-C to the whole group) is held for it to drop, not a traceback; the
+            # parent's own are held for the instant and then delivered. (Python's resource tracker,
+            # started with the first process, unblocks SIGINT and SIGTERM once it is started: it
+            # is started first.)
+            resource_tracker.ensure_running()
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             child.close()
             self.procs.append(proc)
             self.pipes.append(parent)

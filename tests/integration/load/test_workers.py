@@ -247,3 +247,39 @@ def test_a_stop_while_the_workers_make_their_requests_sends_none(start_sim: Star
     assert measured == []
     assert "window" not in [what for what, _, _ in observer.told]
     assert len(observer.told) < 10  # not every slice was made
+
+
+def _is_worker(proc: psutil.Process) -> bool:
+    try:
+        command = " ".join(proc.cmdline())
+    except psutil.Error:  # a short-lived helper, gone already
+        return False
+    return "spawn_main" in command and "resource_tracker" not in command
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
+def test_a_stop_to_the_group_while_the_workers_start_ends_the_run_cleanly(start_sim: StartSim, tmp_path: Path,
+                                                                           sig: int) -> None:
+    """Ctrl-C (the whole process group) while the workers are still starting: each worker is
+    then importing loadgen, before it could set its signals aside; it used to die of it with a
+    traceback ("KeyboardInterrupt") and be reported as "ended unexpectedly"."""
+    base_url = start_sim(ttft_ms=5, itl_ms=1)
+    body = scenario(base_url, 2)
+    body["workload"]["num_prompts"] = 20_000
+    path = tmp_path / "starting.yaml"
+    path.write_text(yaml.safe_dump({"name": "starting", **body}))
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    workers: list[psutil.Process] = []
+    while time.monotonic() < deadline and len(workers) < 2:  # until both workers exist
+        workers = [c for c in parent.children() if _is_worker(c)]
+    assert len(workers) == 2
+    os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "KeyboardInterrupt" not in err
+    assert "ended unexpectedly" not in err
+    assert "interrupted" in err
