@@ -1,15 +1,16 @@
 """``load.workers``: a measured window shared by N client processes on one host.
 
 The schedule is partitioned round-robin (worker k sends requests k, k+N, k+2N, ... with its
-share of the concurrency, ``schedule.concurrency_shares``); each worker is a fresh process with its own
-event loop and its own connections, opened before the window. Each makes its own share of the
-request bodies first, in parallel with the others (the parent makes none, and says how many
-are made). The parent waits until every worker is connected, then gives them one start time
-on the shared monotonic clock (``perf_counter_ns`` is system-wide on Linux), so every request keeps its place on the one
-schedule and every record is on the run's clock base. Workers send each record to the parent
-as it completes (the parent writes ``records.jsonl``, so nothing measured is lost if a worker
-dies), their self-check samples, and a last message when done. A stop (Ctrl-C, SIGTERM, the
-abort rule) is passed to every worker, which records its in-flight requests as cancelled.
+share of the concurrency, ``schedule.concurrency_shares``); each worker is a fresh process with
+its own event loop and its own connections, opened before the window. Each makes its own share
+of the request bodies first, in parallel with the others (the parent makes none, and says how
+many are made). The parent waits until every worker is connected, then gives them one start
+time on the shared monotonic clock (``perf_counter_ns`` is system-wide on Linux), so every
+request keeps its place on the one schedule and every record is on the run's clock base.
+Workers send each record to the parent as it completes (the parent writes ``records.jsonl``, so
+nothing measured is lost if a worker dies), their self-check samples, and a last message when
+done. A stop (Ctrl-C, SIGTERM, the abort rule) is passed to every worker, which records its
+in-flight requests as cancelled.
 """
 
 from __future__ import annotations
@@ -283,23 +284,6 @@ class WorkerGroup:
                 p.close()
         if self.failures:
             raise self.failures[0]
-
-
-async def run_workers(
-    jobs: list[WorkerJob],
-    *,
-    emit: Callable[[RequestRecord], None],
-    health: Callable[[ClientReading], None],
-    stop: asyncio.Event,
-    message: Callable[[str], None],
-) -> None:
-    """Start the workers, give them one start time, collect their records until all are done."""
-    group = WorkerGroup(jobs, emit, health, message, stop)
-    try:
-        if await group.start():
-            await group.run()
-    finally:
-        await group.close()
 
 
 def worker_jobs(

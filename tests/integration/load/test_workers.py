@@ -155,7 +155,7 @@ def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -
 
     from loadgen.load.client import ClientConfig
     from loadgen.load.schedule import Arrivals
-    from loadgen.load.workers import run_workers, worker_jobs
+    from loadgen.load.workers import WorkerGroup, worker_jobs
     from loadgen.results.readings import ClientReading
     from loadgen.scenario.schema import Sampling, Target
     from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
@@ -178,7 +178,12 @@ def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -
     async def main() -> None:
         config = ClientConfig(Target(base_url=base_url), base_url, time.perf_counter_ns())
         jobs = worker_jobs(2, config, pool, count, 16, Arrivals(None), None)
-        await run_workers(jobs, emit=slow_emit, health=health, stop=asyncio.Event(), message=messages.append)
+        group = WorkerGroup(jobs, slow_emit, health, messages.append, asyncio.Event())
+        try:
+            assert await group.start()
+            await group.run()
+        finally:
+            await group.close()
 
     asyncio.run(main())
     assert messages == []
