@@ -74,10 +74,14 @@ class StampedPoller:
             self._epoll.unregister(fd)
 
     def _ready(self) -> None:
+        # the stamps are on the wall clock, the run's times on the monotonic one: their offset,
+        # read once a wake-up rather than once a read
+        offset = time.time_ns() - time.perf_counter_ns()
+        transports = self._transports
         for fd, _ in self._epoll.poll(0):
-            transport = self._transports.get(fd)
+            transport = transports.get(fd)
             if transport is not None:
-                transport.readable()
+                transport.readable(offset)
 
     def close(self) -> None:
         self.loop.remove_reader(self._epoll.fileno())
@@ -108,7 +112,8 @@ class StampedTransport:
     def is_closing(self) -> bool:
         return self._closed
 
-    def readable(self) -> None:
+    def readable(self, offset: int) -> None:
+        """Read what arrived; ``offset``: the wall clock less the monotonic one, in ns."""
         try:
             data, ancillary, _, _ = self._sock.recvmsg(READ_BYTES, ANCILLARY)
         except (BlockingIOError, InterruptedError):
@@ -126,8 +131,7 @@ class StampedTransport:
         for level, kind, value in ancillary:
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
                 sec, nsec = TIMESPEC.unpack_from(value)
-                # the stamp is on the wall clock; the run's times are on the monotonic one
-                arrived = sec * 1_000_000_000 + nsec - (time.time_ns() - time.perf_counter_ns())
+                arrived = sec * 1_000_000_000 + nsec - offset
                 break
         else:
             self.unstamped += 1
