@@ -364,12 +364,14 @@ int main(int argc, char **argv) {
                 if (bad || c->in_len >= sizeof c->in - 1 || flush_out(c) < 0) close_conn(c);
             }
         }
-        /* send every token that was due when this pass began, then read the sockets again:
-           past its capacity the server would otherwise keep finding tokens due and never read
-           a new request (they waited for the load to fall, seconds at C=2048), where an engine
-           takes new requests in at every step */
+        /* send the tokens that were due when this pass began, at most as many as there are
+           streams (an engine's step: a token per running sequence), then read the sockets
+           again: past its capacity the server would otherwise keep finding tokens due and
+           never read a new request (they waited for the load to fall: seconds at C=2048, while
+           its own count of their TTFT started only once it read them), where an engine takes
+           new requests in at every step */
         int64_t t = now_ns();
-        while (heap_n && heap[0]->deadline <= t) {
+        for (int budget = heap_n; budget > 0 && heap_n && heap[0]->deadline <= t; budget--) {
             conn_t *c = heap[0];
             if (send_token(c) < 0) close_conn(c);
         }
