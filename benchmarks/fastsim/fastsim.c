@@ -11,7 +11,10 @@
  *   cc -O2 -o fastsim benchmarks/fastsim/fastsim.c && ./fastsim PORT TTFT_US ITL_US
  *
  * One thread, epoll, a timerfd armed just before the earliest deadline (timer slack 1 us) and a
- * poll without sleeping for the last 0.3 ms, a binary heap of streams by deadline. HTTP/1.1 keep-alive, one request at a time per connection.
+ * poll without sleeping for the last 0.3 ms, a binary heap of streams by deadline. HTTP/1.1
+ * keep-alive, one request at a time per connection. Past its capacity it works as an engine does:
+ * each pass sends at most a token per stream, the most overdue first, then reads its sockets,
+ * so new requests are taken in at every step and every stream falls behind together.
  */
 #define _GNU_SOURCE
 #include <errno.h>
