@@ -17,12 +17,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import FrameType
 
 from loadgen.errors import UsageError
 from loadgen.locust.plan import LocustPlan, plan_for
-from loadgen.locust.transport import BASIC_AUTH_ENV, STOP_FILE_ENV
+from loadgen.locust.transport import BASIC_AUTH_ENV, QUITTING_FILE_ENV, STOP_FILE_ENV
 from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.schema import split_userinfo
 
@@ -122,32 +123,48 @@ def _host_without_userinfo(args: list[str]) -> list[str]:
     return out
 
 
+# after a stop, how long Locust has to say it is quitting on its own before loadgen signals it
+QUIT_GRACE_S = 1.0
+
+
 def run_child(cmd: list[str]) -> int:
     """Run Locust and wait for it. SIGINT, SIGTERM and SIGHUP sent to loadgen reach Locust as
     SIGTERM (Locust's own clean stop: its stats and loadgen's run directory written); Locust
     never outlives loadgen. A stopped test is labelled interrupted in the run directory, and
-    loadgen exits 130."""
-    with tempfile.TemporaryDirectory(prefix="loadgen-locust-") as tmp:
-        marker = Path(tmp) / "stopped"
-        proc = subprocess.Popen(cmd, env={**os.environ, STOP_FILE_ENV: str(marker)})
+    loadgen exits 130.
 
-        def stop() -> None:
-            if marker.exists():
-                return  # Locust is stopping already
-            with contextlib.suppress(OSError):
-                marker.touch()  # before the signal: Locust labels what it writes on its way out
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
+    A stop to the whole process group (Ctrl-C, a closed terminal, ``timeout``) reaches Locust
+    too, which then says it is quitting: loadgen sends nothing more (a second signal, mid-way
+    through Locust's own stop, ended it with a traceback where Locust ran worker processes).
+    A stop to loadgen alone is passed on once Locust has not said so within ``QUIT_GRACE_S``."""
+    with tempfile.TemporaryDirectory(prefix="loadgen-locust-") as tmp:
+        marker, quitting = Path(tmp) / "stopped", Path(tmp) / "quitting"
+        proc = subprocess.Popen(cmd, env={**os.environ, STOP_FILE_ENV: str(marker),
+                                          QUITTING_FILE_ENV: str(quitting)})
+        heard: list[float] = []
 
         def forward(signum: int, frame: FrameType | None) -> None:
-            stop()
+            if heard:
+                return  # Locust is stopping already
+            heard.append(time.monotonic())
+            with contextlib.suppress(OSError):
+                marker.touch()  # before any signal: Locust labels what it writes on its way out
 
-        # a Ctrl-C at the terminal reaches Locust too, a SIGINT sent to loadgen alone does not:
-        # either way Locust is stopped once, its own clean way (no KeyboardInterrupt here, which
-        # would leave the wait before the run is labelled)
+        # (no KeyboardInterrupt here, which would leave the wait before the run is labelled)
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
-            code = proc.wait()
+            signalled = False
+            while True:
+                try:
+                    code = proc.wait(timeout=0.1)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if (heard and not signalled and time.monotonic() - heard[0] >= QUIT_GRACE_S
+                        and not quitting.exists()):
+                    signalled = True
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGTERM)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -5,6 +5,7 @@ tab of the web UI.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import signal
@@ -26,7 +27,7 @@ from loadgen.errors import LoadgenError
 from loadgen.locust.plan import RunDirSink
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, WorkerReport, log, now_s
 from loadgen.locust.stats import ENTRIES, TAB_COLUMNS, report_section, rows_csv, tab_rows
-from loadgen.locust.transport import STOP_FILE_ENV
+from loadgen.locust.transport import QUITTING_FILE_ENV, STOP_FILE_ENV
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.provenance import Provenance
 from loadgen.scenario.redact import redact_url
@@ -50,6 +51,10 @@ def _arguments(parser: LocustArgumentParser) -> None:
 @events.init.add_listener
 def _init(environment: Environment, **_: Any) -> None:
     STATE.env = environment
+    # a closed terminal (SIGHUP to the whole process group, Locust's too) ends Locust as SIGTERM
+    # does, its stats and run directory written; by default it ended the process at once
+    gevent.signal_handler(signal.SIGHUP, os.kill, os.getpid(), signal.SIGTERM)
+    gevent.signal_handler(signal.SIGINT, _interrupt_main)
     opts = environment.parsed_options
     source = getattr(opts, "scenario", None)
     if not isinstance(source, str):
@@ -82,6 +87,14 @@ def _init(environment: Environment, **_: Any) -> None:
         # a SIGTERM (loadgen's stop, `timeout`) would end the process before anything is written
         gevent.signal_handler(signal.SIGTERM, _stop_shape, environment)
     gevent.spawn(_sample_charts, environment)
+
+
+def _interrupt_main() -> None:
+    """Ctrl-C: the KeyboardInterrupt Locust stops on, raised in its main greenlet. (Python raised
+    it in whichever greenlet was running, often a user's mid-request, and gevent printed that
+    greenlet's traceback before passing the interrupt on.)"""
+    hub = gevent.get_hub()
+    hub.loop.run_callback(hub.parent.throw, KeyboardInterrupt)
 
 
 def _stop_shape(environment: Environment) -> None:
@@ -131,6 +144,15 @@ def _stopped() -> bool:
     ending its own way (its run time, the web UI's STOP)."""
     marker = os.environ.get(STOP_FILE_ENV)
     return marker is not None and Path(marker).exists()
+
+
+@events.quitting.add_listener
+def _quitting(environment: Environment, **_: Any) -> None:
+    """Tell loadgen that Locust is quitting (its run time ended, or a stop it heard itself)."""
+    path = os.environ.get(QUITTING_FILE_ENV)
+    if path and not isinstance(environment.runner, WorkerRunner):
+        with contextlib.suppress(OSError):
+            Path(path).touch()
 
 
 @events.test_stopping.add_listener

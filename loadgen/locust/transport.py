@@ -108,6 +108,9 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
 BASIC_AUTH_ENV = "LOADGEN_LOCUST_BASIC_AUTH"
 # a file loadgen creates when it stops Locust (a signal, Ctrl-C): the run is then labelled interrupted
 STOP_FILE_ENV = "LOADGEN_LOCUST_STOP_FILE"
+# a file Locust's master (or its only process) creates once it begins to quit: a stop loadgen
+# heard then needs no signal of its own (the same signal reached Locust, in loadgen's group)
+QUITTING_FILE_ENV = "LOADGEN_LOCUST_QUITTING_FILE"
 
 
 def open_client(url: URL, t: Timeouts) -> HTTPClient:

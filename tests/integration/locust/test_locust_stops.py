@@ -5,6 +5,7 @@ users is bounded in time and in size against a server that never answers or neve
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -52,6 +53,44 @@ def test_a_stop_ends_locust_and_labels_the_run_interrupted(start_sim: StartSim, 
         pytest.fail(f"{sig.name} did not stop loadgen locust")
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err
+    assert live_group_members(proc.pid) == []
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert not (run_dir / "run.lock").exists()
+    completed = summary["cells"][0]["metrics"]["completed"]
+    assert completed == sum(1 for line in records.read_bytes().splitlines() if b'"error":null' in line) > 0
+
+
+@pytest.mark.parametrize(("sig", "processes"), [(signal.SIGINT, 2), (signal.SIGTERM, 2), (signal.SIGHUP, 2),
+                                             (signal.SIGHUP, 1)], ids=["INT-2", "TERM-2", "HUP-2", "HUP-1"])
+def test_a_stop_to_the_whole_group_ends_locust_once(start_sim: StartSim, tmp_path: Path, sig: signal.Signals,
+                                                    processes: int) -> None:
+    """Ctrl-C, `timeout` and a closed terminal signal loadgen and Locust (and Locust's worker
+    processes) together: Locust stops once, its own clean way. Before, a closed terminal ended
+    Locust at once (no summary.json, the run directory left locked), and with `--processes` the
+    stop loadgen passed on arrived mid-way through Locust's own and a Ctrl-C landed in a user's
+    greenlet, each printing a traceback."""
+    url = start_sim(ttft_ms=5, itl_ms=5)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({"name": "stops", "workload": {"input_tokens": 8, "output_tokens": 16}}))
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario), "--host", url, "--headless",
+            "-u", "8", "-r", "8", "-t", "10m", "--out", str(run_dir), "--only-summary"]
+    proc = subprocess.Popen(argv + (["--processes", str(processes)] if processes > 1 else []), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    records = run_dir / "records.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 20_000):
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, sig)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"{sig.name} to the group did not stop loadgen locust")
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
     assert live_group_members(proc.pid) == []
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["interrupted"] is True
