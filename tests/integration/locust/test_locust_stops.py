@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -28,37 +29,52 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
-def test_a_stop_ends_locust_and_labels_the_run_interrupted(start_sim: StartSim, tmp_path: Path,
-                                                          sig: signal.Signals) -> None:
-    url = start_sim(ttft_ms=5, itl_ms=5)
+def _locust_measuring(url: str, tmp_path: Path, users: int, min_bytes: int, extra: list[str],
+                      **popen: Any) -> tuple[subprocess.Popen[str], Path]:
+    """``loadgen locust`` headless with ``users`` users, once its records.jsonl holds ``min_bytes``:
+    (its process, its run directory)."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump({"name": "stops", "workload": {"input_tokens": 8, "output_tokens": 16}}))
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario), "--host", url, "--headless",
-         "-u", "2", "-r", "2", "-t", "10m", "--out", str(run_dir), "--only-summary"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
+         "-u", str(users), "-r", str(users), "-t", "10m", "--out", str(run_dir), "--only-summary", *extra],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen,
     )
     records = run_dir / "records.jsonl"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 2000):
+    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < min_bytes):
         time.sleep(0.1)
     assert proc.poll() is None, proc.communicate()
+    return proc, run_dir
+
+
+def _assert_ended_interrupted(proc: subprocess.Popen[str], err: str, run_dir: Path) -> None:
+    """Exit 130, no traceback, no process left, the run directory finished and labelled
+    interrupted, its summary counting every ok record."""
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert live_group_members(proc.pid) == []
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert not (run_dir / "run.lock").exists()
+    completed = summary["cells"][0]["metrics"]["completed"]
+    lines = (run_dir / "records.jsonl").read_bytes().splitlines()
+    assert completed == sum(1 for line in lines if b'"error":null' in line) > 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
+def test_a_stop_ends_locust_and_labels_the_run_interrupted(start_sim: StartSim, tmp_path: Path,
+                                                          sig: signal.Signals) -> None:
+    url = start_sim(ttft_ms=5, itl_ms=5)
+    proc, run_dir = _locust_measuring(url, tmp_path, 2, 2000, [], preexec_fn=_default_sigint)
     proc.send_signal(sig)  # to loadgen alone, as `kill` sends it
     try:
         _, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"{sig.name} did not stop loadgen locust")
-    assert proc.returncode == 130, err[-2000:]
-    assert "Traceback" not in err
-    assert live_group_members(proc.pid) == []
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["interrupted"] is True
-    assert not (run_dir / "run.lock").exists()
-    completed = summary["cells"][0]["metrics"]["completed"]
-    assert completed == sum(1 for line in records.read_bytes().splitlines() if b'"error":null' in line) > 0
+    _assert_ended_interrupted(proc, err, run_dir)
 
 
 @pytest.mark.parametrize(("sig", "processes"), [(signal.SIGINT, 2), (signal.SIGTERM, 2), (signal.SIGHUP, 2),
@@ -71,32 +87,15 @@ def test_a_stop_to_the_whole_group_ends_locust_once(start_sim: StartSim, tmp_pat
     stop loadgen passed on arrived mid-way through Locust's own and a Ctrl-C landed in a user's
     greenlet, each printing a traceback."""
     url = start_sim(ttft_ms=5, itl_ms=5)
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(yaml.safe_dump({"name": "stops", "workload": {"input_tokens": 8, "output_tokens": 16}}))
-    run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario), "--host", url, "--headless",
-            "-u", "8", "-r", "8", "-t", "10m", "--out", str(run_dir), "--only-summary"]
-    proc = subprocess.Popen(argv + (["--processes", str(processes)] if processes > 1 else []), cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    records = run_dir / "records.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 20_000):
-        time.sleep(0.1)
-    assert proc.poll() is None, proc.communicate()
+    extra = ["--processes", str(processes)] if processes > 1 else []
+    proc, run_dir = _locust_measuring(url, tmp_path, 8, 20_000, extra, start_new_session=True)
     os.killpg(proc.pid, sig)
     try:
         _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"{sig.name} to the group did not stop loadgen locust")
-    assert proc.returncode == 130, err[-2000:]
-    assert "Traceback" not in err, err[-3000:]
-    assert live_group_members(proc.pid) == []
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["interrupted"] is True
-    assert not (run_dir / "run.lock").exists()
-    completed = summary["cells"][0]["metrics"]["completed"]
-    assert completed == sum(1 for line in records.read_bytes().splitlines() if b'"error":null' in line) > 0
+    _assert_ended_interrupted(proc, err, run_dir)
 
 
 class Endless(RawServer):
