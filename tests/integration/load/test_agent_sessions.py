@@ -113,8 +113,13 @@ def test_the_responses_api_carries_the_same_conversation(start_sim: StartSim, tm
     sessions = by_session(records)
     assert {s: [r.prompt_tokens for r in rs] for s, rs in sessions.items()} == RESPONSES_PROMPTS
     assert [(r.output_tokens, r.tool_call_tokens) for r in sessions[0]] == [(8, 8), (6, 0), (6, 6)]
-    for r in records:  # the first token: the call's first arguments, or the text's
+    alone = [r for r in records if r.chunk_offsets_s[0] != r.chunk_offsets_s[1]]
+    for r in alone:  # the first token: the call's first arguments, or the text's
         assert r.ttft_s == pytest.approx(0.020, abs=0.006)
+    # (a client held up on a busy machine reads several tokens at once, TCP having merged them:
+    # they share the read's time, which the record counts)
+    assert all(r.coalesced_reads >= 1 for r in records if r not in alone)
+    assert len(alone) >= len(records) // 2
     assert cell["metrics"]["tool_calls"]["as_expected"] == 0.5
 
 

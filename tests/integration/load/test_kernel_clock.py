@@ -56,7 +56,9 @@ def test_a_busy_client_keeps_the_true_itl_with_kernel_stamps_and_not_without(
         assert r.client_delay_s * 1e3 == pytest.approx(20, abs=3 + late_ms)
     client = cell["client"]
     assert client["clock"] == "kernel"
-    assert 17 - late_ms < client["client_delay_ms"]["max"] < 23 + late_ms
+    # every read is handled within the 30 ms the client is held after the read before it (the
+    # end of a body, sent after its last token, comes in a read of its own on a busy machine)
+    assert 17 - late_ms < client["client_delay_ms"]["max"] < 33 + late_ms
     loop, cell_loop, provenance_loop, _ = run(base_url, tmp_path, "loop", "loop")
     assert provenance_loop["client_clock"] == {"clock": "loop", "why_not_kernel": "load.clock: loop"}
     for r in loop:
