@@ -6,7 +6,8 @@ C streams back to back (closed loop, ``--requests-per-stream`` each) through ``l
 exactly as a user would, and the table compares:
 
 - achieved vs ideal output tokens/s (ideal = C x 256 / (TTFT + 255 x ITL));
-- reported vs true TTFT and ITL (p50, p99; error = reported - true, both from the same requests);
+- reported vs true TTFT, ITL and TPOT (p50, p99; error = reported - true, both from the same
+  requests; TPOT is a request's last token less its first, over its tokens less one);
 - client CPU seconds per 1,000 tokens (the measured window's CPU time, from summary.json).
 
 The server: ``fastsim`` (benchmarks/fastsim/fastsim.c, compiled with ``cc`` on first use; one thread,
@@ -80,12 +81,13 @@ def run_reference(base_url: str, c: int, per_stream: int, client_cores: list[int
     done = subprocess.run([str(exe), port, str(c), str(per_stream), str(OUTPUT)], capture_output=True, check=True,
                           preexec_fn=pin)
     out = orjson.loads(done.stdout)
-    ttft, itl = np.asarray(out["ttft_us"]) / 1e3, np.asarray(out["itl_us"]) / 1e3
+    ttft, itl, tpot = (np.asarray(out[k]) / 1e3 for k in ("ttft_us", "itl_us", "tpot_us"))
     return {
         "requests": out["requests"], "failed": c * per_stream - out["requests"], "tokens": out["tokens"],
         "tokens_per_s": out["tokens"] / out["span_s"] if out["span_s"] else 0.0,
         "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p99": float(np.percentile(ttft, 99)),
         "itl_p50": float(np.percentile(itl, 50)), "itl_p99": float(np.percentile(itl, 99)),
+        "tpot_p50": float(np.percentile(tpot, 50)), "tpot_p99": float(np.percentile(tpot, 99)),
         "cpu_s": out["cpu_s"], "client": None, "clock": "reference",
         "multi_event_share": out["multi_event_reads"] / out["reads"] if out["reads"] else None,
     }
@@ -143,10 +145,11 @@ def scenario_yaml(base_url: str, concurrency: int, per_stream: int, workers: int
 
 
 def figures(records: list[Any]) -> dict[str, Any]:
-    """Reported TTFT / ITL percentiles (ms), output tokens and achieved tokens/s from records."""
+    """Reported TTFT / ITL / TPOT percentiles (ms), output tokens and achieved tokens/s from records."""
     records = [r for r in records if not r.warmup and r.request_id >= 0]  # (not the calibration's probes)
     ok = [r for r in records if r.ok]
     ttft = np.array([(r.first_token_at - r.sent_at) * 1e3 for r in ok])
+    tpot = np.array([v * 1e3 for r in ok if (v := r.tpot_s) is not None])
     gaps = np.concatenate([np.diff(np.asarray(r.chunk_offsets_s)) * 1e3 for r in ok]) if ok else np.array([])
     tokens = sum(r.output_tokens for r in ok)
     span = max(r.done_at for r in ok) - min(r.sent_at for r in ok) if ok else 0.0
@@ -157,6 +160,8 @@ def figures(records: list[Any]) -> dict[str, Any]:
         "ttft_p99": float(np.percentile(ttft, 99)) if ok else None,
         "itl_p50": float(np.percentile(gaps, 50)) if gaps.size else None,
         "itl_p99": float(np.percentile(gaps, 99)) if gaps.size else None,
+        "tpot_p50": float(np.percentile(tpot, 50)) if tpot.size else None,
+        "tpot_p99": float(np.percentile(tpot, 99)) if tpot.size else None,
     }
 
 
@@ -283,9 +288,9 @@ def main() -> None:
                 }
                 if kind == "fastsim" and truth:
                     row["true"] = truth
-                    for m in ("ttft", "itl"):
+                    for m in ("ttft", "itl", "tpot"):
                         for q in ("p50", "p99"):
-                            if fig[f"{m}_{q}"] is not None and truth[f"{m}_ms"].get("count"):
+                            if fig.get(f"{m}_{q}") is not None and truth[f"{m}_ms"].get("count"):
                                 row[f"{m}_{q}_error_ms"] = fig[f"{m}_{q}"] - truth[f"{m}_ms"][q]
                 elif kind == "sim" and truth and before:
                     n = truth["chunks"] - before["chunks"]
@@ -293,6 +298,7 @@ def main() -> None:
                     row["sim_late_max_ms"] = truth["late_max_s"] * 1e3
                     row["ttft_p99_error_ms"] = fig["ttft_p99"] - TTFT_MS if fig["ttft_p99"] else None
                     row["itl_p99_error_ms"] = fig["itl_p99"] - ITL_MS if fig["itl_p99"] else None
+                    row["tpot_p99_error_ms"] = fig["tpot_p99"] - ITL_MS if fig["tpot_p99"] else None
                 rows.append(row)
                 print_row(row, kind, header=len(rows) == 1)
         finally:
@@ -340,7 +346,8 @@ def _f(v: Any, fmt: str) -> str:
 
 def print_row(r: dict[str, Any], kind: str, header: bool) -> None:
     cols = ("C", "clock", "workers", "tokens/s", "ideal", "share", "TTFT p50", "TTFT p99", "TTFT p99 err", "ITL p50",
-            "ITL p99", "ITL p99 err", "CPU s/1k tok", "client delay p99/max", "multi-event reads", "failed")
+            "ITL p99", "ITL p99 err", "TPOT p50 err", "TPOT p99 err", "CPU s/1k tok", "client delay p99/max",
+            "multi-event reads", "failed")
     if header:
         print(" | ".join(cols))
         print(" | ".join("---" for _ in cols))
@@ -350,6 +357,7 @@ def print_row(r: dict[str, Any], kind: str, header: bool) -> None:
         _f(r["achieved_share"] and r["achieved_share"] * 100, ".1f") + "%",
         _f(r["ttft_p50"], ".2f"), _f(r["ttft_p99"], ".2f"), _f(r.get("ttft_p99_error_ms"), "+.2f"),
         _f(r["itl_p50"], ".2f"), _f(r["itl_p99"], ".2f"), _f(r.get("itl_p99_error_ms"), "+.2f"),
+        _f(r.get("tpot_p50_error_ms"), "+.3f"), _f(r.get("tpot_p99_error_ms"), "+.3f"),
         _f(r["cpu_s_per_1k_tokens"], ".3f"),
         f"{_f(r.get('delay_p99'), '.2f')}/{_f(r.get('delay_max'), '.1f')}",
         _f(r.get("multi_event_share") and r["multi_event_share"] * 100, ".1f") + "%", str(r["failed"]),

@@ -5,7 +5,8 @@
  * a + ttft + i * itl (absolute deadlines, never early), `max_tokens` honoured exactly, usage on
  * every chunk, then [DONE]. It records the true time every token left (after send() returned)
  * and answers GET /stats with percentiles of the true TTFT (first token sent - request read),
- * true ITL (gap between consecutive sends of a stream) and lateness against the deadline,
+ * true ITL (gap between consecutive sends of a stream), true TPOT (a request's last token sent
+ * less its first, over its tokens less one) and lateness against the deadline,
  * in microseconds; GET /stats?reset=1 also clears them.
  *
  *   cc -O2 -o fastsim benchmarks/fastsim/fastsim.c && ./fastsim PORT TTFT_US ITL_US
@@ -39,7 +40,7 @@ typedef struct {
     char *out;
     size_t out_len, out_cap;
     int active, heap_at;
-    int64_t arrival, deadline, last_sent;
+    int64_t arrival, deadline, first_sent, last_sent;
     int next, max_tokens, prompt_tokens;
 } conn_t;
 
@@ -49,7 +50,7 @@ static int heap_n, heap_cap;
 static int epfd, tfd;
 
 typedef struct { int64_t *v; size_t n, cap; } samples_t;
-static samples_t s_ttft, s_itl, s_late;
+static samples_t s_ttft, s_itl, s_tpot, s_late;
 static long long n_requests, n_tokens;
 
 static int64_t now_ns(void) {
@@ -206,8 +207,13 @@ static int send_token(conn_t *c) {
     if (flush_out(c) < 0) return -1;
     int64_t sent = now_ns();
     add_sample(&s_late, sent - c->deadline);
-    if (i == 0) add_sample(&s_ttft, sent - c->arrival);
-    else add_sample(&s_itl, sent - c->last_sent);
+    if (i == 0) {
+        add_sample(&s_ttft, sent - c->arrival);
+        c->first_sent = sent;
+    } else {
+        add_sample(&s_itl, sent - c->last_sent);
+    }
+    if (last && i > 0) add_sample(&s_tpot, (sent - c->first_sent) / i);
     c->last_sent = sent;
     n_tokens++;
     c->next++;
@@ -279,10 +285,11 @@ static long handle_request(conn_t *c, int64_t now) {
         int w = snprintf(buf, sizeof buf, "{\"requests\":%lld,\"tokens\":%lld,", n_requests, n_tokens);
         w += pct_json(buf + w, sizeof buf - w, "ttft_ms", &s_ttft); buf[w++] = ',';
         w += pct_json(buf + w, sizeof buf - w, "itl_ms", &s_itl); buf[w++] = ',';
+        w += pct_json(buf + w, sizeof buf - w, "tpot_ms", &s_tpot); buf[w++] = ',';
         w += pct_json(buf + w, sizeof buf - w, "late_ms", &s_late);
         snprintf(buf + w, sizeof buf - w, "}");
         if (strstr(c->in, "reset=1")) {
-            s_ttft.n = s_itl.n = s_late.n = 0;
+            s_ttft.n = s_itl.n = s_tpot.n = s_late.n = 0;
             n_requests = n_tokens = 0;
         }
         respond(c, "200 OK", "application/json", buf);

@@ -7,7 +7,7 @@
  * token's time is when its bytes arrived. A token is an SSE "data: {" line; a request ends at
  * "data: [DONE]". Prints one JSON object: requests, tokens, the window (first send to last
  * token, s), the client's CPU seconds, the reads that carried more than one token, and every
- * TTFT and ITL in microseconds.
+ * TTFT, ITL and TPOT (last token less first, over the tokens less one) in microseconds.
  *
  *   cc -O2 -o refclient benchmarks/fastsim/refclient.c && ./refclient PORT C PER_STREAM MAX_TOKENS
  */
@@ -30,11 +30,11 @@ typedef struct {
     int fd, done, tokens;
     char buf[65536];
     size_t len;
-    int64_t sent, last;
+    int64_t sent, first, last;
 } conn_t;
 
 typedef struct { int64_t *v; size_t n, cap; } samples_t;
-static samples_t s_ttft, s_itl;
+static samples_t s_ttft, s_itl, s_tpot;
 static char request[1024];
 static int request_len;
 
@@ -131,14 +131,19 @@ int main(int argc, char **argv) {
             int in_read = 0;
             while ((nl = strchr(line, '\n'))) {
                 if (!strncmp(line, "data: {", 7)) {
-                    if (c->tokens == 0) add(&s_ttft, t - c->sent);
-                    else add(&s_itl, t - c->last);
+                    if (c->tokens == 0) {
+                        add(&s_ttft, t - c->sent);
+                        c->first = t;
+                    } else {
+                        add(&s_itl, t - c->last);
+                    }
                     c->last = end = t;
                     c->tokens++;
                     tokens++;
                     in_read++;
                 } else if (!strncmp(line, "data: [DONE]", 12)) {
                     requests++;
+                    if (c->tokens > 1) add(&s_tpot, (c->last - c->first) / (c->tokens - 1));
                     if (++c->done < per_stream) send_request(c);
                     else active--;
                 }
@@ -157,6 +162,8 @@ int main(int argc, char **argv) {
     print_samples("ttft_us", &s_ttft);
     printf(",");
     print_samples("itl_us", &s_itl);
+    printf(",");
+    print_samples("tpot_us", &s_tpot);
     printf("}\n");
     return 0;
 }
