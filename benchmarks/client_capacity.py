@@ -21,14 +21,17 @@ first, client on the rest). ``--client httpx`` runs the same levels with a minim
 httpx (the transport loadgen used before), the measurement that decided the transport.
 
     python benchmarks/client_capacity.py [--levels 1,16,64,256,512,1024] [--clock kernel,loop] [--reference]
-        [--json FILE]
+        [--floor] [--json FILE]
 
 Each level runs with each ``--clock``: ``kernel`` times the bytes by the kernel's receive stamps
 (and prints the client's own delay, p99 and max ms, which those stamps keep out of the figures),
 ``loop`` by the event loop's clock. "multi-event reads": the share of reads that carried more
 than one token-bearing event (those tokens share one time on either clock). ``--reference`` adds
 a row per level for a minimal compiled client (benchmarks/fastsim/refclient.c: epoll, kernel
-stamps, no HTTP parser): the floor loadgen is held against.
+stamps, no HTTP parser): the floor loadgen is held against. ``--floor`` adds a row for the same
+client in Python (benchmarks/fastsim/pyfloor.py: a uvloop loop watching an epoll set of its own,
+as loadgen's kernel clock does, and no parsing at all): what any Python client pays a token
+before it reads one field of an answer.
 
 Prints figures; asserts nothing about speed.
 """
@@ -55,6 +58,7 @@ from loadgen.servers.launch import free_port
 
 HERE = Path(__file__).resolve().parent
 TTFT_MS, ITL_MS, OUTPUT = 50.0, 10.0, 256
+LOADGEN_CLOCKS = ("kernel", "loop", "auto")  # the rest are the reference clients
 
 
 def cores() -> list[int]:
@@ -71,14 +75,20 @@ def build_fastsim(work: Path, name: str = "fastsim") -> Path | None:
     return exe
 
 
-def run_reference(base_url: str, c: int, per_stream: int, client_cores: list[int] | None, work: Path) -> dict[str, Any]:
-    """The same closed loop on the minimal compiled client (kernel-stamped reads, no parser)."""
-    exe = build_fastsim(work, "refclient")
-    if exe is None:
-        raise SystemExit("no C compiler (cc) to build benchmarks/fastsim/refclient.c")
+def run_reference(base_url: str, c: int, per_stream: int, client_cores: list[int] | None, work: Path,
+                  clock: str = "reference") -> dict[str, Any]:
+    """The same closed loop on the minimal compiled client (kernel-stamped reads, no parser), or
+    (``clock="python floor"``) on the same client in Python."""
+    if clock == "reference":
+        exe = build_fastsim(work, "refclient")
+        if exe is None:
+            raise SystemExit("no C compiler (cc) to build benchmarks/fastsim/refclient.c")
+        argv = [str(exe)]
+    else:
+        argv = [sys.executable, str(HERE / "fastsim" / "pyfloor.py")]
     port = base_url.removesuffix("/v1").rsplit(":", 1)[1]
     pin = (lambda: os.sched_setaffinity(0, set(client_cores))) if client_cores else None
-    done = subprocess.run([str(exe), port, str(c), str(per_stream), str(OUTPUT)], capture_output=True, check=True,
+    done = subprocess.run([*argv, port, str(c), str(per_stream), str(OUTPUT)], capture_output=True, check=True,
                           preexec_fn=pin)
     out = orjson.loads(done.stdout)
     ttft, itl, tpot = (np.asarray(out[k]) / 1e3 for k in ("ttft_us", "itl_us", "tpot_us"))
@@ -88,7 +98,7 @@ def run_reference(base_url: str, c: int, per_stream: int, client_cores: list[int
         "ttft_p50": float(np.percentile(ttft, 50)), "ttft_p99": float(np.percentile(ttft, 99)),
         "itl_p50": float(np.percentile(itl, 50)), "itl_p99": float(np.percentile(itl, 99)),
         "tpot_p50": float(np.percentile(tpot, 50)), "tpot_p99": float(np.percentile(tpot, 99)),
-        "cpu_s": out["cpu_s"], "client": None, "clock": "reference",
+        "cpu_s": out["cpu_s"], "client": None, "clock": clock,
         "multi_event_share": out["multi_event_reads"] / out["reads"] if out["reads"] else None,
     }
 
@@ -246,6 +256,9 @@ def main() -> None:
                         help="load.clock values to run each level with, comma separated (kernel, loop, auto)")
     parser.add_argument("--reference", action="store_true",
                         help="run each level on the minimal compiled client too (benchmarks/fastsim/refclient.c)")
+    parser.add_argument("--floor", action="store_true",
+                        help="run each level on the same minimal client in Python too (benchmarks/fastsim/pyfloor.py: "
+                             "no parsing), the floor of any Python client")
     parser.add_argument("--json", type=Path, help="write the table and every figure as JSON here")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -266,12 +279,14 @@ def main() -> None:
             clocks = args.clock.split(",") if args.client == "loadgen" else ["loop"]
             if args.reference and not args.base_url:
                 clocks.append("reference")
+            if args.floor and not args.base_url:
+                clocks.append("python floor")
             runs = [(c, clock, w) for c in levels for clock in clocks
-                    for w in (counts if clock != "reference" and args.client == "loadgen" else counts[:1])]
+                    for w in (counts if clock in LOADGEN_CLOCKS and args.client == "loadgen" else counts[:1])]
             for c, clock, workers in runs:
                 before = server_truth(kind, base_url, reset=True)
-                if clock == "reference":
-                    fig = run_reference(base_url, c, args.requests_per_stream, client_cores, work)
+                if clock in ("reference", "python floor"):
+                    fig = run_reference(base_url, c, args.requests_per_stream, client_cores, work, clock)
                 elif args.client == "httpx":
                     if client_cores:  # this process is the client
                         os.sched_setaffinity(0, set(client_cores))
@@ -281,7 +296,8 @@ def main() -> None:
                 truth = server_truth(kind, base_url)
                 ideal = c * OUTPUT / ((TTFT_MS + (OUTPUT - 1) * ITL_MS) / 1e3)
                 row: dict[str, Any] = {
-                    "concurrency": c, "workers": workers if clock != "reference" and args.client == "loadgen" else None,
+                    "concurrency": c,
+                    "workers": workers if clock in LOADGEN_CLOCKS and args.client == "loadgen" else None,
                     "ideal_tokens_per_s": ideal, **fig,
                     "achieved_share": fig["tokens_per_s"] / ideal if not args.base_url else None,
                     "cpu_s_per_1k_tokens": fig["cpu_s"] / fig["tokens"] * 1e3 if fig["tokens"] else None,

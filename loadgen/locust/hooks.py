@@ -54,6 +54,7 @@ def _init(environment: Environment, **_: Any) -> None:
     # a closed terminal (SIGHUP to the whole process group, Locust's too) ends Locust as SIGTERM
     # does, its stats and run directory written; by default it ended the process at once
     gevent.signal_handler(signal.SIGHUP, os.kill, os.getpid(), signal.SIGTERM)
+    # Ctrl-C is raised in Locust's main greenlet, where its own stop path hears it
     gevent.signal_handler(signal.SIGINT, _interrupt_main)
     opts = environment.parsed_options
     source = getattr(opts, "scenario", None)
