@@ -50,6 +50,12 @@ class SSEParser:
         self.ignored_lines = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if (not self._buf and chunk.startswith(b"data: ") and chunk.find(b"\n", 6) == len(chunk) - 2
+                and chunk.endswith(b"\n\n") and CR not in chunk and not self._parts and not self._data
+                and len(chunk) <= self.max_event_bytes):
+            # what a server sends a token at a time: one whole event of one "data: " line, taken
+            # in a step (half the cost of the general reading below, once per token)
+            return [chunk[6:-2]]
         if LF not in chunk and CR not in chunk and not self._buf.endswith(b"\r"):
             # the line goes on: keep the read, join once the line ends
             if self._buf:

@@ -131,6 +131,9 @@ def test_an_event_over_the_cap_ends_the_request_as_malformed() -> None:
         parser.feed(b"y" * 100)
     with pytest.raises(EventTooLarge):
         parser.feed(b"y" * 100)
+    # an event over the cap that came whole in one read
+    with pytest.raises(EventTooLarge):
+        SSEParser(max_event_bytes=1000).feed(b"data: " + b"w" * 1200 + b"\n\n")
     # many data lines of one event count together
     parser = SSEParser(max_event_bytes=1000)
     with pytest.raises(EventTooLarge):
@@ -213,3 +216,17 @@ def test_whole_one_line_events_and_the_shapes_around_them() -> None:
         b"d", b"e", b"f\ng", b"h"]
     assert p.feed(b"\n\n") == [b"i"]
     assert p.feed(b"data:j\n\nevent: x\ndata: k\n\n") == [b"j", b"k"]
+
+
+FRAGMENTS = [b"data: ", b"data:", b"event: x", b"{\"t\":1}", b"[DONE]", b"\n", b"\n\n", b"\r", b"\r\n", b": ping", b"x"]
+
+
+@given(st.lists(st.lists(st.sampled_from(FRAGMENTS), max_size=6).map(b"".join), max_size=8))
+def test_a_read_of_one_whole_event_gives_what_reading_it_byte_by_byte_gives(reads: list[bytes]) -> None:
+    # a read that is one whole "data: " event with nothing pending is taken in one step; any
+    # read, whole or not, must give the events the line-by-line reading of its bytes gives
+    # (each read followed by whole events made of it: one line, and the same with a CR inside)
+    flat = [read.replace(b"\n", b"").replace(b"\r", b"") for read in reads]
+    reads = [r for read, line in zip(reads, flat, strict=True)
+             for r in (read, b"data: " + line + b"\n\n", b"data: " + line + b"\r\n\n", b"data: \r" + line + b"\n\n")]
+    assert feed_all(reads) == feed_all([bytes([b]) for r in reads for b in r])
