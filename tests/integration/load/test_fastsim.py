@@ -8,11 +8,13 @@ import selectors
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from loadgen.load.run import execute
@@ -64,6 +66,10 @@ def test_fastsim_builds_and_holds_the_simulator_contract(tmp_path: Path) -> None
     # the server's true times are the contract; the client sees them within its own delay
     assert stats["ttft_ms"]["p50"] == pytest.approx(TTFT_MS, abs=1.0)
     assert stats["itl_ms"]["p50"] == pytest.approx(ITL_MS, abs=0.5)
+    # one true TPOT a request (its last token less its first, over its tokens less one)
+    assert stats["tpot_ms"]["count"] == PROMPTS
+    assert stats["tpot_ms"]["p50"] == pytest.approx(ITL_MS, abs=0.5)
+    assert m["tpot_s"]["p50"] * 1e3 == pytest.approx(stats["tpot_ms"]["p50"], abs=0.5)
     assert m["ttft_s"]["p50"] * 1e3 == pytest.approx(TTFT_MS, abs=3.0)
     assert m["itl_s"]["p50"] * 1e3 == pytest.approx(ITL_MS, abs=1.0)
 
@@ -117,3 +123,33 @@ def test_fastsim_past_its_capacity_still_reads_new_requests(tmp_path: Path) -> N
     # answered while the streams were still sending: fewer tokens sent than they asked for
     assert stats["tokens"] < streams * tokens
     assert streams_ended_first == 0
+
+
+@pytest.mark.parametrize("client", ["refclient", "pyfloor"])
+def test_the_benchmarks_reference_clients_count_what_fastsim_sent(tmp_path: Path, client: str) -> None:
+    # the floors the capacity benchmark holds loadgen against (in C, and in Python with no
+    # parsing) count every request, token and gap the server sent, and time them as it did
+    streams, per_stream = 4, 3
+    if client == "refclient":
+        exe = tmp_path / "refclient"
+        subprocess.run([shutil.which("cc") or "gcc", "-O2", "-Wall", "-Werror", "-o", str(exe),
+                        str(SOURCE.with_name("refclient.c"))], check=True)
+        argv = [str(exe)]
+    else:
+        argv = [sys.executable, str(SOURCE.with_name("pyfloor.py"))]
+    proc, root = start_fastsim(tmp_path, TTFT_MS * 1000, ITL_MS * 1000)
+    try:
+        port = root.rsplit(":", 1)[1]
+        done = subprocess.run([*argv, port, str(streams), str(per_stream), str(OUTPUT)], capture_output=True,
+                              check=True, timeout=60)
+        stats = httpx.get(root + "/stats", trust_env=False).json()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    out = orjson.loads(done.stdout)
+    requests = streams * per_stream
+    assert (out["requests"], out["tokens"]) == (requests, requests * OUTPUT) == (stats["requests"], stats["tokens"])
+    assert (len(out["ttft_us"]), len(out["itl_us"]), len(out["tpot_us"])) == (
+        requests, requests * (OUTPUT - 1), requests)
+    assert sorted(out["tpot_us"])[requests // 2] / 1e3 == pytest.approx(stats["tpot_ms"]["p50"], abs=1.0)
+    assert sorted(out["ttft_us"])[requests // 2] / 1e3 == pytest.approx(TTFT_MS, abs=3.0)
