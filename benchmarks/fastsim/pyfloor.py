@@ -18,16 +18,14 @@ import asyncio
 import resource
 import select
 import socket
-import struct
 import sys
 import time
 
 import orjson
 import uvloop
 
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-TIMESPEC = struct.Struct("@qq")
-ANCILLARY = socket.CMSG_SPACE(TIMESPEC.size)
+# the socket option and its ancillary data as loadgen's kernel clock reads them
+from loadgen.load.stamped import ANCILLARY, SO_TIMESTAMPNS, TIMESPEC
 
 
 class Stream:
