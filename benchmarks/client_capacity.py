@@ -10,18 +10,22 @@ exactly as a user would, and the table compares:
   requests; TPOT is a request's last token less its first, over its tokens less one);
 - client CPU seconds per 1,000 tokens (the measured window's CPU time, from summary.json).
 
-The server: ``fastsim`` (benchmarks/fastsim/fastsim.c, compiled with ``cc`` on first use; one thread,
-epoll, logs every token's true send time), because ``loadgen sim`` (Python) cannot itself hold
-its schedule at these rates: ``--server sim`` runs the same levels against it and prints how
-late its own chunks left. ``--base-url URL`` points the same runs at any OpenAI-compatible
-server (no truth then: reported figures and achieved tokens/s only).
+The server: ``fastsim`` (benchmarks/fastsim/fastsim.c, compiled with ``cc`` on first use; a thread
+per server core, each with its own epoll set, logs every token's true send time), because
+``loadgen sim`` (Python) cannot itself hold its schedule at these rates: ``--server sim`` runs the
+same levels against it and prints how late its own chunks left. ``--base-url URL`` points the
+same runs at any OpenAI-compatible server (no truth then: reported figures and achieved tokens/s
+only).
 
-Server and client are pinned to separate cores when the machine has them (server on the
-first, client on the rest). ``--client httpx`` runs the same levels with a minimal client on
-httpx (the transport loadgen used before), the measurement that decided the transport.
+Server and client are pinned to separate cores when the machine has them (server on the first
+``--server-cores``, one by default, client on the rest). To see ``load.workers`` scale past what
+one server core sends (about 110,000-160,000 tokens/s here), give the server more:
+``--server-cores 4 --workers 1,2,4,8 --levels 1024,2048,4096``. ``--client httpx`` runs the same
+levels with a minimal client on httpx (the transport loadgen used before), the measurement that
+decided the transport.
 
     python benchmarks/client_capacity.py [--levels 1,16,64,256,512,1024] [--clock kernel,loop] [--reference]
-        [--floor] [--json FILE]
+        [--floor] [--workers 1,2,auto] [--server-cores 1] [--json FILE]
 
 Each level runs with each ``--clock``: ``kernel`` times the bytes by the kernel's receive stamps
 (and prints the client's own delay, p99 and max ms, which those stamps keep out of the figures),
@@ -71,7 +75,7 @@ def build_fastsim(work: Path, name: str = "fastsim") -> Path | None:
     if cc is None:
         return None
     exe = work / name
-    subprocess.run([cc, "-O2", "-o", str(exe), str(HERE / "fastsim" / f"{name}.c")], check=True)
+    subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(HERE / "fastsim" / f"{name}.c")], check=True)
     return exe
 
 
@@ -116,17 +120,18 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit(f"{url}: not ready in 30 s")
 
 
-def start_server(kind: str, work: Path, core: int | None) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(kind: str, work: Path, server_cores: list[int] | None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     if kind == "fastsim":
         exe = build_fastsim(work)
         if exe is None:
             raise SystemExit("no C compiler (cc) to build benchmarks/fastsim/fastsim.c; use --server sim")
-        argv = [str(exe), str(port), str(int(TTFT_MS * 1e3)), str(int(ITL_MS * 1e3))]
+        # a thread per server core, each pinned to its own
+        argv = [str(exe), str(port), str(int(TTFT_MS * 1e3)), str(int(ITL_MS * 1e3)), str(len(server_cores or [0]))]
     else:
         argv = [sys.executable, "-m", "loadgen", "sim", "--port", str(port),
                 "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS)]
-    pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+    pin = (lambda: os.sched_setaffinity(0, set(server_cores))) if server_cores else None
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin)
     wait_ready(f"http://127.0.0.1:{port}/health", proc)
     return proc, f"http://127.0.0.1:{port}/v1"
@@ -259,13 +264,20 @@ def main() -> None:
     parser.add_argument("--floor", action="store_true",
                         help="run each level on the same minimal client in Python too (benchmarks/fastsim/pyfloor.py: "
                              "no parsing), the floor of any Python client")
+    parser.add_argument("--server-cores", type=int, default=1,
+                        help="cores (and fastsim threads) for the server, the first ones this process may use; "
+                             "the client gets the rest")
     parser.add_argument("--json", type=Path, help="write the table and every figure as JSON here")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     counts: list[int | str] = [w if w == "auto" else int(w) for w in args.workers.split(",")]
     have = cores()
-    server_core = have[0] if len(have) > 1 and not args.base_url else None
-    client_cores = [c for c in have if c != server_core] if server_core is not None else None
+    if args.server_cores < 1 or (args.server_cores > 1 and args.server_cores >= len(have)):
+        raise SystemExit(f"--server-cores {args.server_cores}: this machine gives {len(have)} cores, and the "
+                         "client needs at least one of its own")
+    split = len(have) > 1 and not args.base_url
+    server_cores = have[:args.server_cores] if split else None
+    client_cores = have[args.server_cores:] if split else None
     kind = "external" if args.base_url else args.server
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -274,7 +286,7 @@ def main() -> None:
         if args.base_url:
             base_url = args.base_url.rstrip("/")
         else:
-            proc, base_url = start_server(args.server, work, server_core)
+            proc, base_url = start_server(args.server, work, server_cores)
         try:
             clocks = args.clock.split(",") if args.client == "loadgen" else ["loop"]
             if args.reference and not args.base_url:
@@ -324,8 +336,9 @@ def main() -> None:
     sustained = [r for r in rows if (r.get("achieved_share") or 0) >= 0.95]
     best = max(sustained, key=lambda r: r["concurrency"]) if sustained else None
     print()
-    print(f"server: {kind}, pinned to core {server_core}; client: {args.client}, workers {args.workers}, "
-          f"cores {client_cores}; TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {OUTPUT} tokens per request")
+    print(f"server: {kind}, pinned to cores {server_cores}; client: {args.client}, workers {args.workers}, "
+          f"cores {client_cores} ({os.cpu_count()} on the machine)")
+    print(f"TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {OUTPUT} tokens per request")
     if best:
         print(f"highest concurrency with >= 95% of ideal tokens/s: {best['concurrency']} "
               f"({best['tokens_per_s']:,.0f} tokens/s)")
@@ -333,7 +346,7 @@ def main() -> None:
         print(line)
     if args.json:
         args.json.write_bytes(orjson.dumps({
-            "server": kind, "client": args.client, "workers": args.workers, "server_core": server_core,
+            "server": kind, "client": args.client, "workers": args.workers, "server_cores": server_cores,
             "client_cores": client_cores, "ttft_ms": TTFT_MS, "itl_ms": ITL_MS, "output_tokens": OUTPUT,
             "requests_per_stream": args.requests_per_stream, "rows": rows,
             "highest_sustained": best["concurrency"] if best else None,

@@ -9,9 +9,12 @@
  * less its first, over its tokens less one) and lateness against the deadline,
  * in microseconds; GET /stats?reset=1 also clears them.
  *
- *   cc -O2 -o fastsim benchmarks/fastsim/fastsim.c && ./fastsim PORT TTFT_US ITL_US
+ *   cc -O2 -pthread -o fastsim benchmarks/fastsim/fastsim.c && ./fastsim PORT TTFT_US ITL_US [THREADS]
  *
- * One thread, epoll, a timerfd armed just before the earliest deadline (timer slack 1 us) and a
+ * THREADS (1 by default) serve the port together (SO_REUSEPORT: the kernel spreads connections
+ * over them), each pinned to its own core of those the process may run on, so one server can
+ * outrun several client cores; /stats merges every thread's samples (and gives the requests
+ * each thread took, `thread_requests`). Each thread: epoll, a timerfd armed just before the earliest deadline (timer slack 1 us) and a
  * poll without sleeping for the last 0.3 ms, a binary heap of streams by deadline. HTTP/1.1
  * keep-alive, one request at a time per connection. Past its capacity it works as an engine does:
  * each pass sends at most a token per stream, the most overdue first, then reads its sockets,
@@ -19,9 +22,12 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,13 +51,22 @@ typedef struct {
 } conn_t;
 
 static int64_t ttft_ns, itl_ns;
-static conn_t **heap;
-static int heap_n, heap_cap;
-static int epfd, tfd;
+/* each thread's own streams, epoll set and timer */
+static __thread conn_t **heap;
+static __thread int heap_n, heap_cap;
+static __thread int epfd, tfd;
 
 typedef struct { int64_t *v; size_t n, cap; } samples_t;
-static samples_t s_ttft, s_itl, s_tpot, s_late;
-static long long n_requests, n_tokens;
+/* each thread's samples, under its lock (taken by the thread per token, and by /stats to merge) */
+typedef struct {
+    pthread_mutex_t lock;
+    samples_t ttft, itl, tpot, late;
+    long long requests, tokens;
+} stats_t;
+#define MAX_THREADS 256
+static stats_t all_stats[MAX_THREADS];
+static int n_threads = 1;
+static __thread stats_t *st;
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -70,6 +85,22 @@ static void add_sample(samples_t *s, int64_t v) {
 static int cmp64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
+}
+
+/* every thread's samples of one kind, in one array (the caller frees it) */
+static samples_t merged(size_t offset) {
+    samples_t m = {0};
+    for (int t = 0; t < n_threads; t++) {
+        samples_t *s = (samples_t *)((char *)&all_stats[t] + offset);
+        m.cap += s->n;
+    }
+    m.v = malloc((m.cap ? m.cap : 1) * sizeof(int64_t));
+    for (int t = 0; t < n_threads; t++) {
+        samples_t *s = (samples_t *)((char *)&all_stats[t] + offset);
+        memcpy(m.v + m.n, s->v, s->n * sizeof(int64_t));
+        m.n += s->n;
+    }
+    return m;
 }
 
 static int pct_json(char *buf, size_t cap, const char *name, samples_t *s) {
@@ -206,16 +237,18 @@ static int send_token(conn_t *c) {
     }
     if (flush_out(c) < 0) return -1;
     int64_t sent = now_ns();
-    add_sample(&s_late, sent - c->deadline);
+    pthread_mutex_lock(&st->lock);
+    add_sample(&st->late, sent - c->deadline);
     if (i == 0) {
-        add_sample(&s_ttft, sent - c->arrival);
+        add_sample(&st->ttft, sent - c->arrival);
         c->first_sent = sent;
     } else {
-        add_sample(&s_itl, sent - c->last_sent);
+        add_sample(&st->itl, sent - c->last_sent);
     }
-    if (last && i > 0) add_sample(&s_tpot, (sent - c->first_sent) / i);
+    if (last && i > 0) add_sample(&st->tpot, (sent - c->first_sent) / i);
+    st->tokens++;
+    pthread_mutex_unlock(&st->lock);
     c->last_sent = sent;
-    n_tokens++;
     c->next++;
     if (last) {
         c->active = 0;
@@ -259,7 +292,9 @@ static long handle_request(conn_t *c, int64_t now) {
     body[clen] = 0;
     if (!strncmp(c->in, "POST ", 5) && strstr(c->in, "/completions")) {
         if (c->active) return -1;
-        n_requests++;
+        pthread_mutex_lock(&st->lock);
+        st->requests++;
+        pthread_mutex_unlock(&st->lock);
         c->max_tokens = json_int(body, "\"max_tokens\"", 16);
         if (c->max_tokens < 1) c->max_tokens = 1;
         c->prompt_tokens = 0;
@@ -281,17 +316,34 @@ static long handle_request(conn_t *c, int64_t now) {
     } else if (!strncmp(c->in, "GET /health", 11)) {
         respond(c, "200 OK", "text/plain", "");
     } else if (!strncmp(c->in, "GET /stats", 10)) {
-        static char buf[4096];
-        int w = snprintf(buf, sizeof buf, "{\"requests\":%lld,\"tokens\":%lld,", n_requests, n_tokens);
-        w += pct_json(buf + w, sizeof buf - w, "ttft_ms", &s_ttft); buf[w++] = ',';
-        w += pct_json(buf + w, sizeof buf - w, "itl_ms", &s_itl); buf[w++] = ',';
-        w += pct_json(buf + w, sizeof buf - w, "tpot_ms", &s_tpot); buf[w++] = ',';
-        w += pct_json(buf + w, sizeof buf - w, "late_ms", &s_late);
-        snprintf(buf + w, sizeof buf - w, "}");
-        if (strstr(c->in, "reset=1")) {
-            s_ttft.n = s_itl.n = s_tpot.n = s_late.n = 0;
-            n_requests = n_tokens = 0;
+        static __thread char buf[4096];
+        int reset = strstr(c->in, "reset=1") != NULL;
+        long long requests = 0, tokens = 0;
+        char per_thread[1024];
+        int pw = 0;
+        for (int t = 0; t < n_threads; t++) pthread_mutex_lock(&all_stats[t].lock);
+        samples_t m[4] = {merged(offsetof(stats_t, ttft)), merged(offsetof(stats_t, itl)),
+                          merged(offsetof(stats_t, tpot)), merged(offsetof(stats_t, late))};
+        for (int t = 0; t < n_threads; t++) {
+            stats_t *s = &all_stats[t];
+            requests += s->requests;
+            tokens += s->tokens;
+            if (pw < (int)sizeof per_thread - 24)
+                pw += snprintf(per_thread + pw, sizeof per_thread - pw, "%s%lld", t ? "," : "", s->requests);
+            if (reset) {
+                s->ttft.n = s->itl.n = s->tpot.n = s->late.n = 0;
+                s->requests = s->tokens = 0;
+            }
         }
+        for (int t = n_threads - 1; t >= 0; t--) pthread_mutex_unlock(&all_stats[t].lock);
+        int w = snprintf(buf, sizeof buf, "{\"requests\":%lld,\"tokens\":%lld,\"thread_requests\":[%s],",
+                         requests, tokens, per_thread);
+        w += pct_json(buf + w, sizeof buf - w, "ttft_ms", &m[0]); buf[w++] = ',';
+        w += pct_json(buf + w, sizeof buf - w, "itl_ms", &m[1]); buf[w++] = ',';
+        w += pct_json(buf + w, sizeof buf - w, "tpot_ms", &m[2]); buf[w++] = ',';
+        w += pct_json(buf + w, sizeof buf - w, "late_ms", &m[3]);
+        snprintf(buf + w, sizeof buf - w, "}");
+        for (int k = 0; k < 4; k++) free(m[k].v);
         respond(c, "200 OK", "application/json", buf);
     } else {
         respond(c, "404 Not Found", "application/json", "{\"error\":{\"message\":\"no route\"}}");
@@ -300,24 +352,63 @@ static long handle_request(conn_t *c, int64_t now) {
     return (long)(head_len + (size_t)clen);
 }
 
+typedef struct { int index, listener, core; } thread_arg_t;
+
+static void *serve(void *p);
+
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: fastsim PORT TTFT_US ITL_US\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: fastsim PORT TTFT_US ITL_US [THREADS]\n");
         return 2;
     }
     int port = atoi(argv[1]);
     ttft_ns = atoll(argv[2]) * 1000LL;
     itl_ns = atoll(argv[3]) * 1000LL;
+    n_threads = argc == 5 ? atoi(argv[4]) : 1;
+    if (n_threads < 1 || n_threads > MAX_THREADS) {
+        fprintf(stderr, "fastsim: THREADS is 1 to %d\n", MAX_THREADS);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-    int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    int one = 1;
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (bind(ls, (struct sockaddr *)&addr, sizeof addr) || listen(ls, 4096)) {
-        perror("fastsim: bind/listen");
-        return 1;
+    /* the cores this process may run on: thread i is pinned to the i-th (round robin) */
+    cpu_set_t allowed;
+    int cores[CPU_SETSIZE], n_cores = 0;
+    sched_getaffinity(0, sizeof allowed, &allowed);
+    for (int k = 0; k < CPU_SETSIZE; k++)
+        if (CPU_ISSET(k, &allowed)) cores[n_cores++] = k;
+    /* every listener bound before any thread serves: ready means all of them are */
+    static thread_arg_t args[MAX_THREADS];
+    for (int t = 0; t < n_threads; t++) {
+        int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        int one = 1;
+        setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        setsockopt(ls, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+        struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                   .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (bind(ls, (struct sockaddr *)&addr, sizeof addr) || listen(ls, 4096)) {
+            perror("fastsim: bind/listen");
+            return 1;
+        }
+        pthread_mutex_init(&all_stats[t].lock, NULL);
+        args[t] = (thread_arg_t){t, ls, n_cores > 1 ? cores[t % n_cores] : -1};
+    }
+    fprintf(stderr, "fastsim: listening on 127.0.0.1:%d with %d thread(s)\n", port, n_threads);
+    pthread_t threads[MAX_THREADS];
+    for (int t = 1; t < n_threads; t++) pthread_create(&threads[t], NULL, serve, &args[t]);
+    serve(&args[0]);
+    return 0;
+}
+
+static void *serve(void *p) {
+    thread_arg_t *arg = p;
+    int ls = arg->listener, one = 1;
+    st = &all_stats[arg->index];
+    if (arg->core >= 0) {
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        CPU_SET(arg->core, &mine);
+        pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
     }
     epfd = epoll_create1(0);
     tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
@@ -326,7 +417,6 @@ int main(int argc, char **argv) {
     static int tmark;
     ev.data.ptr = &tmark;
     epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev);
-    fprintf(stderr, "fastsim: listening on 127.0.0.1:%d\n", port);
     struct epoll_event events[256];
     for (;;) {
         int timeout = -1;
@@ -387,4 +477,5 @@ int main(int argc, char **argv) {
         }
         arm_timer();
     }
+    return NULL;
 }

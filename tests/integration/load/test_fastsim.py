@@ -25,15 +25,15 @@ SOURCE = Path(__file__).resolve().parents[3] / "benchmarks" / "fastsim" / "fasts
 TTFT_MS, ITL_MS, OUTPUT, PROMPTS = 20, 5, 16, 12
 
 
-def start_fastsim(tmp_path: Path, ttft_us: int, itl_us: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_fastsim(tmp_path: Path, ttft_us: int, itl_us: int, threads: int = 1) -> tuple[subprocess.Popen[bytes], str]:
     """fastsim built here and ready: (its process, its root URL)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler (cc) to build benchmarks/fastsim/fastsim.c")
     exe = tmp_path / "fastsim"
-    subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", str(exe), str(SOURCE)], check=True)
+    subprocess.run([cc, "-O2", "-pthread", "-Wall", "-Werror", "-o", str(exe), str(SOURCE)], check=True)
     port = free_port()
-    proc = subprocess.Popen([str(exe), str(port), str(ttft_us), str(itl_us)])
+    proc = subprocess.Popen([str(exe), str(port), str(ttft_us), str(itl_us), str(threads)])
     root = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
@@ -72,6 +72,39 @@ def test_fastsim_builds_and_holds_the_simulator_contract(tmp_path: Path) -> None
     assert m["tpot_s"]["p50"] * 1e3 == pytest.approx(stats["tpot_ms"]["p50"], abs=0.5)
     assert m["ttft_s"]["p50"] * 1e3 == pytest.approx(TTFT_MS, abs=3.0)
     assert m["itl_s"]["p50"] * 1e3 == pytest.approx(ITL_MS, abs=1.0)
+
+
+def test_fastsim_threads_serve_one_port_and_its_stats_merge_them(tmp_path: Path) -> None:
+    # the benchmark's server for more client cores than one server core outruns: two threads on
+    # the port, the kernel spreading 32 connections over them (all on one: a chance of 2^-31),
+    # and /stats counting every request, token and true time once, whichever thread answers it
+    prompts = 64
+    proc, root = start_fastsim(tmp_path, TTFT_MS * 1000, ITL_MS * 1000, threads=2)
+    try:
+        httpx.get(root + "/stats?reset=1", trust_env=False)
+        sc = parse_scenario({
+            "name": "fastsim-threads", "target": {"base_url": root + "/v1", "api": "completions"},
+            "workload": {"num_prompts": prompts, "input_tokens": 32, "output_tokens": OUTPUT,
+                         "prompt": "token-ids"},
+            "load": {"concurrency": 32, "warmup_requests": 0},
+        })
+        m = execute(sc, tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
+        stats = httpx.get(root + "/stats?reset=1", trust_env=False).json()
+        after = httpx.get(root + "/stats", trust_env=False).json()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert (m["completed"], m["failed"]) == (prompts, 0)
+    assert len(stats["thread_requests"]) == 2
+    assert sum(stats["thread_requests"]) == stats["requests"] == prompts
+    assert min(stats["thread_requests"]) > 0
+    assert stats["tokens"] == m["output_tokens_total"] == prompts * OUTPUT
+    assert stats["ttft_ms"]["count"] == stats["tpot_ms"]["count"] == prompts
+    assert stats["itl_ms"]["count"] == prompts * (OUTPUT - 1)
+    assert stats["itl_ms"]["p50"] == pytest.approx(ITL_MS, abs=0.5)
+    # a reset clears every thread's samples
+    assert (after["requests"], after["tokens"], after["thread_requests"]) == (0, 0, [0, 0])
+    assert after["itl_ms"] == {"count": 0}
 
 
 def test_fastsim_past_its_capacity_still_reads_new_requests(tmp_path: Path) -> None:
