@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -371,6 +372,12 @@ int main(int argc, char **argv) {
     }
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    /* a connection per stream: as many descriptors as the system lets this process have */
+    struct rlimit files;
+    if (!getrlimit(RLIMIT_NOFILE, &files) && files.rlim_cur < files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
     /* the cores this process may run on: thread i is pinned to the i-th (round robin) */
     cpu_set_t allowed;
     int cores[CPU_SETSIZE], n_cores = 0;
