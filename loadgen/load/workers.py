@@ -9,8 +9,8 @@ time on the shared monotonic clock (``perf_counter_ns`` is system-wide on Linux)
 request keeps its place on the one schedule and every record is on the run's clock base.
 Workers send each record to the parent as it completes (the parent writes ``records.jsonl``, so
 nothing measured is lost if a worker dies), their self-check samples, and a last message when
-done. A stop (Ctrl-C, SIGTERM, the abort rule) is passed to every worker, which records its
-in-flight requests as cancelled.
+done; a worker never waits for the parent to take them (``Outbox``). A stop (Ctrl-C, SIGTERM,
+the abort rule) is passed to every worker, which records its in-flight requests as cancelled.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import itertools
 import multiprocessing as mp
 import os
 import signal
+import socket
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +75,72 @@ def watch_pipe(loop: asyncio.AbstractEventLoop, conn: Connection, callback: Call
     os.set_blocking(conn.fileno(), True)
 
 
+# a message's length ahead of it on the pipe, as ``Connection.recv_bytes`` reads it (a message
+# of 2 GiB or more is framed otherwise there: none is sent here)
+_FRAME = struct.Struct("!i")
+OUTBOX_RETRY_S = 0.001  # while the parent has no room for what is waiting, tried again this often
+
+
+class Outbox:
+    """A worker's messages to the parent, in order, never waited for by the event loop.
+
+    The pipe stays blocking (its reads must wait for a whole message, ``watch_pipe``), so a
+    plain ``send_bytes`` waited whenever the parent was a moment behind: with its 200 KB full
+    (some 50 records) every stream of the worker went unread until the parent caught up, which
+    the reads' client delay showed (3 s when the parent was held for 3 s). Here each message is
+    framed as ``recv_bytes`` expects and sent with ``MSG_DONTWAIT``, as much as the pipe takes;
+    the rest waits in memory and is tried again every millisecond and with each new message.
+    ``close`` sends what is left, waiting for room (the worker's work is done by then)."""
+
+    def __init__(self, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+        # the same socket under a second descriptor: its sends pass MSG_DONTWAIT, its reads
+        # (through ``conn``) still block
+        self._sock = socket.socket(fileno=os.dup(conn.fileno()))
+        self._loop = loop
+        self._out = bytearray()
+        self._retry: asyncio.TimerHandle | None = None
+        self.gone = False  # the parent closed its end: what is sent is dropped
+
+    def send(self, msg: bytes) -> None:
+        self._out += _FRAME.pack(len(msg))
+        self._out += msg
+        self._flush()
+
+    def _flush(self) -> None:
+        self._retry = None
+        out = self._out
+        while out and not self.gone:
+            try:
+                sent = self._sock.send(out, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.gone = True
+            else:
+                del out[:sent]
+        if self.gone:
+            out.clear()
+        elif out and self._retry is None:
+            self._retry = self._loop.call_later(OUTBOX_RETRY_S, self._flush)
+
+    @property
+    def waiting(self) -> int:
+        """Bytes not yet taken by the pipe."""
+        return len(self._out)
+
+    def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self._out and not self.gone:
+            try:
+                self._sock.sendall(self._out)  # (the descriptor blocks: this waits for room)
+            except OSError:
+                self.gone = True
+        self._out.clear()
+        self._sock.close()
+
+
 def _indices(job: WorkerJob) -> Any:
     if job.count is not None:
         return iter(range(job.worker, job.count, job.workers))
@@ -115,16 +183,26 @@ async def _worker(job: WorkerJob, conn: Connection) -> None:
                 started.set_result(0)
 
     watch_pipe(loop, conn, control)
+    outbox = Outbox(conn, loop)
+    try:
+        await _run_share(job, outbox, stop, started)
+    finally:
+        loop.remove_reader(conn.fileno())
+        outbox.send(_END)
+        outbox.close()
+
+
+async def _run_share(job: WorkerJob, outbox: Outbox, stop: asyncio.Event, started: asyncio.Future[int]) -> None:
     if isinstance(job.pool, PoolShare):
-        await _make_share(job.pool, conn, stop)
+        await _make_share(job.pool, outbox, stop)
     client = StreamingClient(job.client, worker=job.worker)
     async with client:
         if not stop.is_set():
             await client.open_connections(job.concurrency or 0)
-        conn.send_bytes(_READY)
+        outbox.send(_READY)
         start_ns = await started
         def health(v: ClientReading) -> None:
-            conn.send_bytes(_HEALTH + orjson.dumps(v.to_dict()))
+            outbox.send(_HEALTH + orjson.dumps(v.to_dict()))
 
         monitor = ClientMonitor(client.stats, health, job.worker)
         if start_ns and not stop.is_set():
@@ -132,19 +210,17 @@ async def _worker(job: WorkerJob, conn: Connection) -> None:
             monitor.start()
             try:
                 await run_load(client, plan, start_ns=start_ns, stop=stop, indices=_indices(job),
-                               emit=lambda r: conn.send_bytes(_RECORD + r.to_json()))
+                               emit=lambda r: outbox.send(_RECORD + r.to_json()))
             finally:
                 monitor.stop()
-    loop.remove_reader(conn.fileno())
-    conn.send_bytes(_END)
 
 
-async def _make_share(share: PoolShare, conn: Connection, stop: asyncio.Event) -> None:
+async def _make_share(share: PoolShare, outbox: Outbox, stop: asyncio.Event) -> None:
     """This worker's requests, made before it connects, a slice at a time (a stop is heard
     between slices); the parent is told how many are made after each."""
     left = share.make(MAKE_SLICE)
     while True:
-        conn.send_bytes(_MADE + str(len(share.ready)).encode())
+        outbox.send(_MADE + str(len(share.ready)).encode())
         if not left:
             return
         await asyncio.sleep(0)
