@@ -86,8 +86,8 @@ def iter_offsets(
 
 def concurrency_shares(workers: int, concurrency: int | None) -> list[int | None]:
     """Each worker's share of the concurrency: concurrency // W, the remainder going to the
-    first workers, so the shares add up to the total (None: unlimited for each). Worker k sends
-    requests k, k+W, k+2W, ... (``loadgen.load.workers``)."""
+    first workers, so the shares add up to the total (None: unlimited for each). The requests
+    follow the streams (``loadgen.workload.share``)."""
     if concurrency is None:
         return [None] * workers
     return [concurrency // workers + (k < concurrency % workers) for k in range(workers)]

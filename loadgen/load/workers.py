@@ -1,7 +1,8 @@
 """``load.workers``: a measured window shared by N client processes on one host.
 
-The schedule is partitioned round-robin (worker k sends requests k, k+N, k+2N, ... with its
-share of the concurrency, ``schedule.concurrency_shares``); each worker is a fresh process with
+Each worker has its share of the concurrency (``schedule.concurrency_shares``) and of the
+requests, dealt in proportion to its streams (``workload.share``: with equal shares, worker k
+sends requests k, k+N, k+2N, ...); each worker is a fresh process with
 its own event loop and its own connections, opened before the window. Each makes its own share
 of the request bodies first, in parallel with the others (the parent makes none, and says how
 many are made). The parent waits until every worker is connected, then gives them one start
@@ -16,7 +17,6 @@ the abort rule) is passed to every worker, which records its in-flight requests 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import multiprocessing as mp
 import os
 import signal
@@ -40,6 +40,7 @@ from loadgen.load.stopping import relay
 from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
 from loadgen.workload.prompts import MAKE_SLICE, PoolShare, RequestPool
+from loadgen.workload.share import Share, request_cycle
 
 # messages on a worker's pipe: a one-byte tag, then the payload
 _READY, _START, _STOP, _RECORD, _HEALTH, _END, _MADE = b"C", b"S", b"X", b"R", b"H", b"E", b"M"
@@ -58,6 +59,7 @@ def resolve_workers(workers: int | str) -> int:
 class WorkerJob:
     worker: int
     workers: int
+    share: Share  # the run's requests it sends
     client: ClientConfig
     pool: Requests
     count: int | None
@@ -141,12 +143,6 @@ class Outbox:
         self._sock.close()
 
 
-def _indices(job: WorkerJob) -> Any:
-    if job.count is not None:
-        return iter(range(job.worker, job.count, job.workers))
-    return itertools.count(job.worker, job.workers)
-
-
 def worker_main(job: WorkerJob, conn: Connection) -> None:
     """A worker process: make its share of the requests, connect, wait for the start time, run
     its share, report."""
@@ -209,7 +205,7 @@ async def _run_share(job: WorkerJob, outbox: Outbox, stop: asyncio.Event, starte
             plan = LoadPlan(job.pool, job.arrivals.offsets(), job.count, job.concurrency, job.duration_s)
             monitor.start()
             try:
-                await run_load(client, plan, start_ns=start_ns, stop=stop, indices=_indices(job),
+                await run_load(client, plan, start_ns=start_ns, stop=stop, indices=job.share.indices(job.count),
                                emit=lambda r: outbox.send(_RECORD + r.to_json()))
             finally:
                 monitor.stop()
@@ -366,9 +362,12 @@ def worker_jobs(
     workers: int, client: ClientConfig, pool: Requests, count: int | None, concurrency: int | None,
     arrivals: Arrivals, duration_s: float | None,
 ) -> list[WorkerJob]:
-    """One job per worker, with its share of the concurrency."""
-    return [
-        WorkerJob(k, workers, client, PoolShare(pool, k, workers) if isinstance(pool, RequestPool) else pool, count,
-                  conc, arrivals, duration_s)
-        for k, conc in enumerate(concurrency_shares(workers, concurrency))
-    ]
+    """One job per worker, with its share of the concurrency and of the requests."""
+    shares = concurrency_shares(workers, concurrency)
+    cycle = request_cycle(shares)
+    jobs = []
+    for k, conc in enumerate(shares):
+        share = Share.of(k, cycle)
+        jobs.append(WorkerJob(k, workers, share, client, PoolShare(pool, share) if isinstance(pool, RequestPool)
+                              else pool, count, conc, arrivals, duration_s))
+    return jobs

@@ -38,6 +38,7 @@ from loadgen.workload.datasets import Sample
 from loadgen.workload.images import directory_files, request_images
 from loadgen.workload.lengths import draw
 from loadgen.workload.payload import Api, PreparedRequest, Prompt, build_payload, encode_payload, structured_of
+from loadgen.workload.share import Share
 from loadgen.workload.tools import tool_choice, tool_definitions
 from loadgen.workload.trace import TraceRow, read_trace
 from loadgen.workload.words import WORDS
@@ -304,27 +305,28 @@ class RequestPool:
 
 
 class PoolShare:
-    """Requests k, k + n, k + 2n, ... of a pool: what client worker k of n sends. Sent to its
+    """The requests of a pool that one client worker sends (``share``). Sent to its
     process before they are made (the requests the pool has made already come with it), the
     worker makes the rest of its share itself (``make``), in parallel with the others: for
     200,000 prompts the parent made every body (9 s on one core) and pickled each worker's share
     (80 MB for each of two). Past the requests made ahead, made on demand."""
 
-    def __init__(self, pool: RequestPool, k: int, n: int) -> None:
-        self.maker, self.size, self.ahead, self.k, self.n = pool.maker, pool.size, pool.ahead, k, n
-        self.ready = pool.ready[k:len(pool.ready):n]
-        self.total = len(range(k, self.ahead, n))  # this share's requests to make ahead
+    def __init__(self, pool: RequestPool, share: Share) -> None:
+        self.maker, self.size, self.ahead, self.share = pool.maker, pool.size, pool.ahead, share
+        self.ready = [pool.ready[share.index(j)] for j in range(share.below(len(pool.ready)))]
+        self.total = share.below(self.ahead)  # this share's requests to make ahead
 
     def make(self, n: int) -> int:
         """Serialise up to ``n`` more of this share's requests made ahead; how many are left."""
-        start = self.k + self.n * len(self.ready)
-        self.ready += [self.maker.request(i) for i in range(start, min(self.ahead, start + n * self.n), self.n)]
+        start = len(self.ready)
+        index = self.share.index
+        self.ready += [self.maker.request(index(j)) for j in range(start, min(self.total, start + n))]
         return self.total - len(self.ready)
 
     def __getitem__(self, i: int) -> PreparedRequest:
-        j, other = divmod(i - self.k, self.n)
-        if other or j < 0:
-            raise IndexError(f"request {i} is not worker {self.k}'s (of {self.n})")
+        j = self.share.position(i)
+        if j is None:
+            raise IndexError(f"request {i} is another worker's")
         return self.ready[j] if j < len(self.ready) else self.maker.request(i)
 
     def __len__(self) -> int:

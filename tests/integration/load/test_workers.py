@@ -79,6 +79,20 @@ def test_two_workers_give_the_records_and_aggregates_of_one(start_sim: StartSim,
     assert rebuild_summary(two).to_dict() == orjson.loads((two / "summary.json").read_bytes())
 
 
+def test_workers_with_unequal_streams_take_requests_as_their_streams_would(start_sim: StartSim,
+                                                                           tmp_path: Path) -> None:
+    # 8 streams over 3 workers (3, 3, 2) and 48 requests: each stream sends 6, as in one process.
+    # Dealt round-robin (16 each), the worker with two streams ran two rounds after the others
+    base_url = start_sim(ttft_ms=20, itl_ms=2)
+    run_dir, _ = run(tmp_path, "uneven", scenario(base_url, 3, warmup_requests=0))
+    records = [r for r in read_records(run_dir / "records.jsonl") if r.request_id >= 0]  # (not the calibration's)
+    assert sorted(r.request_id for r in records) == list(range(48))
+    assert all(r.ok for r in records)
+    assert collections.Counter(r.worker for r in records) == {0: 18, 1: 18, 2: 12}
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]
+    assert summary["client"]["workers"] == 3
+
+
 def test_workers_keep_each_request_on_the_one_schedule(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=10, itl_ms=2)
     body = scenario(base_url, 2, rate=40, arrival="constant", concurrency="unlimited")

@@ -134,10 +134,11 @@ def test_a_pool_made_a_slice_at_a_time_is_the_pool_made_at_once() -> None:
 
 def test_a_workers_share_of_a_pool_holds_its_own_requests_only() -> None:
     from loadgen.workload.prompts import PoolShare
+    from loadgen.workload.share import Share
 
     (cell,) = expand_cells(parse_scenario({"workload": {"num_prompts": 10, "input_tokens": 16}}))
     pool = prepare_requests(cell, "m", TextCalibration(), 7)
-    shares = [pickle.loads(pickle.dumps(PoolShare(pool, k, 3))) for k in range(3)]
+    shares = [pickle.loads(pickle.dumps(PoolShare(pool, Share((k,), 3)))) for k in range(3)]
     # worker 1 of 3: requests 1, 4, 7 made ahead; 10 and 13 (a duration run's) made when asked
     assert len(shares[1].ready) == 3
     for i in (1, 4, 7, 10, 13):
@@ -151,11 +152,12 @@ def test_a_workers_share_of_a_pool_holds_its_own_requests_only() -> None:
 
 def test_a_worker_makes_its_own_share_and_it_is_the_share_the_parent_would_have_made() -> None:
     from loadgen.workload.prompts import PoolShare
+    from loadgen.workload.share import Share
 
     (cell,) = expand_cells(parse_scenario({"workload": {"num_prompts": 10, "input_tokens": 16}}))
     whole = prepare_requests(cell, "m", TextCalibration(), 7)
     unmade = prepare_requests(cell, "m", TextCalibration(), 7, eager=False)
-    share = pickle.loads(pickle.dumps(PoolShare(unmade, 1, 3)))  # sent before any body is made
+    share = pickle.loads(pickle.dumps(PoolShare(unmade, Share((1,), 3))))  # sent before any body is made
     assert (share.ready, share.total) == ([], 3)  # requests 1, 4 and 7 of 10
     assert share.make(2) == 1
     assert [r.body for r in share.ready] == [whole[1].body, whole[4].body]
@@ -169,9 +171,17 @@ def test_a_worker_makes_its_own_share_and_it_is_the_share_the_parent_would_have_
     # a pool partly made by the parent: the share goes on from there
     part = prepare_requests(cell, "m", TextCalibration(), 7, eager=False)
     part.make(5)
-    rest = PoolShare(part, 1, 3)
+    rest = PoolShare(part, Share((1,), 3))
     assert (len(rest.ready), rest.make(100)) == (2, 0)
     assert [r.body for r in rest.ready] == [whole[i].body for i in (1, 4, 7)]
+    # a share of two requests in each cycle of five (a worker with two streams of five): 0, 3,
+    # 5, 8 of 10, the parent having made 0 to 4
+    uneven = PoolShare(part, Share((0, 3), 5))
+    assert (len(uneven.ready), uneven.total, uneven.make(100)) == (2, 4, 0)
+    assert [r.body for r in uneven.ready] == [whole[i].body for i in (0, 3, 5, 8)]
+    assert uneven[13].body == whole[13].body
+    with pytest.raises(IndexError):
+        uneven[4]
 
 
 def test_prompt_file_lines_are_used_in_turn(tmp_path: Path) -> None:
