@@ -14,11 +14,12 @@
  * THREADS (1 by default) serve the port together (SO_REUSEPORT: the kernel spreads connections
  * over them), each pinned to its own core of those the process may run on, so one server can
  * outrun several client cores; /stats merges every thread's samples (and gives the requests
- * each thread took, `thread_requests`). Each thread: epoll, a timerfd armed just before the earliest deadline (timer slack 1 us) and a
- * poll without sleeping for the last 0.3 ms, a binary heap of streams by deadline. HTTP/1.1
- * keep-alive, one request at a time per connection. Past its capacity it works as an engine does:
- * each pass sends at most a token per stream, the most overdue first, then reads its sockets,
- * so new requests are taken in at every step and every stream falls behind together.
+ * each thread took, `thread_requests`). Each thread: epoll, a timerfd armed just before the
+ * earliest deadline (timer slack 1 us) and a poll without sleeping for the last 0.3 ms, a
+ * binary heap of streams by deadline. HTTP/1.1 keep-alive, one request at a time per
+ * connection. Past its capacity it works as an engine does: each pass sends at most a token per
+ * stream, the most overdue first, then reads its sockets, so new requests are taken in at every
+ * step and every stream falls behind together.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -378,7 +379,8 @@ int main(int argc, char **argv) {
         files.rlim_cur = files.rlim_max;
         setrlimit(RLIMIT_NOFILE, &files);
     }
-    /* the cores this process may run on: thread i is pinned to the i-th (round robin) */
+    /* the cores this process may run on: with several threads, thread i is pinned to the i-th
+       (round robin); one thread runs where the process may */
     cpu_set_t allowed;
     int cores[CPU_SETSIZE], n_cores = 0;
     sched_getaffinity(0, sizeof allowed, &allowed);
@@ -398,7 +400,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         pthread_mutex_init(&all_stats[t].lock, NULL);
-        args[t] = (thread_arg_t){t, ls, n_cores > 1 ? cores[t % n_cores] : -1};
+        args[t] = (thread_arg_t){t, ls, n_threads > 1 && n_cores > 1 ? cores[t % n_cores] : -1};
     }
     fprintf(stderr, "fastsim: listening on 127.0.0.1:%d with %d thread(s)\n", port, n_threads);
     pthread_t threads[MAX_THREADS];

@@ -87,8 +87,8 @@ class Outbox:
     """A worker's messages to the parent, in order, never waited for by the event loop.
 
     The pipe stays blocking (its reads must wait for a whole message, ``watch_pipe``), so a
-    plain ``send_bytes`` waited whenever the parent was a moment behind: with its 200 KB full
-    (some 50 records) every stream of the worker went unread until the parent caught up, which
+    plain ``send_bytes`` waited whenever the parent was a moment behind: with its 200 KB or so
+    full (some 40 records of 256 tokens) every stream of the worker went unread until the parent caught up, which
     the reads' client delay showed (3 s when the parent was held for 3 s). Here each message is
     framed as ``recv_bytes`` expects and sent with ``MSG_DONTWAIT``, as much as the pipe takes;
     the rest waits in memory and is tried again every millisecond and with each new message.
@@ -182,10 +182,10 @@ async def _worker(job: WorkerJob, conn: Connection) -> None:
     outbox = Outbox(conn, loop)
     try:
         await _run_share(job, outbox, stop, started)
+        outbox.send(_END)  # (not after a failure: the parent says the worker ended unexpectedly)
     finally:
         loop.remove_reader(conn.fileno())
-        outbox.send(_END)
-        outbox.close()
+        outbox.close()  # what is waiting (records measured) is sent either way
 
 
 async def _run_share(job: WorkerJob, outbox: Outbox, stop: asyncio.Event, started: asyncio.Future[int]) -> None:

@@ -4,8 +4,8 @@ In one process, C streams take the run's requests in turn: with a closed loop ea
 about count / C of them. Workers split the streams (``concurrency_shares``), and the requests
 must follow the streams, not the workers: dealt round-robin, a worker with one stream fewer than
 another got as many requests, and its last ones ran in a round of their own after everyone
-else's (1,024 streams, 3,072 requests, 10 workers: six of them ran a fourth round of one or two
-requests, and the run lasted a third longer than in one process).
+else's (1,024 streams, 3,072 requests, 10 workers: six of them ran a fourth round of one
+request each, and the run lasted a third longer than in one process).
 
 So the requests are dealt in cycles of C: in each, worker k has as many as it has streams,
 spread evenly over the cycle (with equal shares, worker k of W sends k, k + W, k + 2W, ...).

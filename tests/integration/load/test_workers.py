@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import faulthandler
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -158,6 +159,39 @@ def test_a_stop_ends_every_worker_and_keeps_the_records(start_sim: StartSim, tmp
     assert len(cancelled) == 8
     assert {r.worker for r in cancelled} == {0, 1}
     assert all(r.ok for r in measured if r.error != "cancelled")
+
+
+def test_a_worker_killed_mid_run_is_said_and_the_others_records_are_kept(start_sim: StartSim,
+                                                                          tmp_path: Path) -> None:
+    """A worker that dies (killed, out of memory) is not taken for one that finished: the run says
+    it ended unexpectedly, keeps what it had sent, and the other worker runs on to the end."""
+    base_url = start_sim(ttft_ms=20, itl_ms=5)
+    body = scenario(base_url, 2, warmup_requests=0)
+    body["workload"].update(num_prompts=240, output_tokens=40)
+    path = tmp_path / "killed.yaml"
+    path.write_text(yaml.safe_dump({"name": "killed", **body}))
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(run_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    records = run_dir / "records.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until both workers have sent records
+        done = [r for r in read_records(records) if r.request_id >= 0] if records.exists() else []
+        if {r.worker for r in done} == {0, 1}:
+            break
+        time.sleep(0.1)
+    workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+    assert len(workers) == 2
+    workers[0].kill()
+    _, err = proc.communicate(timeout=120)
+    said = re.findall(r"client worker (\d) ended unexpectedly", err)
+    assert len(said) == 1, err[-2000:]
+    killed = int(said[0])
+    measured = [r for r in read_records(records) if r.request_id >= 0]
+    by_worker = collections.Counter(r.worker for r in measured)
+    assert by_worker[1 - killed] == 120  # the other worker's share, whole
+    assert 0 < by_worker[killed] < 120
+    assert all(r.ok for r in measured)
 
 
 def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -> None:
