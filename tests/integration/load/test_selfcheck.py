@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,10 @@ def test_a_saturated_client_is_reported_client_bound(start_sim: StartSim, tmp_pa
     assert client["client_delay_ms"]["p99"] > 5
     assert any(r.startswith("client delay p99") for r in client["reasons"])
     assert client["read_us_mean"] >= 3000
-    assert "load.workers: 2" in client["advice"]
+    # 4.8 cores' worth of reads, one per event: the advice counts the events its merged reads
+    # carried (a whole core seen, which once advised 2 workers)
+    advised = int(re.search(r"load\.workers: (\d+)", client["advice"]).group(1))
+    assert advised >= 4
     assert "was client-bound (client delay p99" in stderr
     assert "kernel receive stamps kept the client's delay out of its TTFT / ITL" in " ".join(stderr.split())
     assert "load.workers" in stderr

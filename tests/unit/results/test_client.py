@@ -51,6 +51,21 @@ def test_each_threshold_names_itself() -> None:
     assert "load.workers: 4" in out.advice
 
 
+def test_the_workers_advised_count_the_reads_a_saturated_client_merged() -> None:
+    # one worker at a whole core over 100 reads: where each read carried one event it needs
+    # 1 / 0.6 of a core (2 workers); where its reads carried three (TCP merged the events while
+    # it was behind), one read per event would take 3 cores: 3 / 0.6, 5 workers
+    def records(events: int) -> list[RequestRecord]:
+        return [replace(rec(i, i * 0.1, i * 0.1), chunk_offsets_s=(0.05,) * (events // 10))
+                for i in range(10)]
+
+    for events, workers in ((100, 2), (300, 5)):
+        out = client_health([sample(0, 1.0, 1.0, [1.0], reads=100)], records(events), False)
+        assert out is not None
+        assert out.verdict == "saturated"
+        assert f"set load.workers: {workers} " in (out.advice or "")
+
+
 def test_nothing_sampled() -> None:
     assert client_health([], [], False) is None
 
