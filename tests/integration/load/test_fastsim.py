@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -44,17 +45,22 @@ def start_fastsim(tmp_path: Path, ttft_us: int, itl_us: int, threads: int = 1) -
     return proc, root
 
 
+def run_against(root: str, tmp_path: Path, prompts: int, concurrency: int) -> dict[str, Any]:
+    """``loadgen run``'s metrics for ``prompts`` requests of ``OUTPUT`` tokens at ``concurrency``,
+    fastsim's counts reset first."""
+    httpx.get(root + "/stats?reset=1", trust_env=False)
+    sc = parse_scenario({
+        "name": "fastsim", "target": {"base_url": root + "/v1", "api": "completions"},
+        "workload": {"num_prompts": prompts, "input_tokens": 32, "output_tokens": OUTPUT, "prompt": "token-ids"},
+        "load": {"concurrency": concurrency, "warmup_requests": 0},
+    })
+    return dict(execute(sc, tmp_path / "run").summary.to_dict()["cells"][0]["metrics"])
+
+
 def test_fastsim_builds_and_holds_the_simulator_contract(tmp_path: Path) -> None:
     proc, root = start_fastsim(tmp_path, TTFT_MS * 1000, ITL_MS * 1000)
     try:
-        httpx.get(root + "/stats?reset=1", trust_env=False)
-        sc = parse_scenario({
-            "name": "fastsim", "target": {"base_url": root + "/v1", "api": "completions"},
-            "workload": {"num_prompts": PROMPTS, "input_tokens": 32, "output_tokens": OUTPUT,
-                         "prompt": "token-ids"},
-            "load": {"concurrency": 2, "warmup_requests": 0},
-        })
-        m = execute(sc, tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
+        m = run_against(root, tmp_path, PROMPTS, 2)
         stats = httpx.get(root + "/stats", trust_env=False).json()
     finally:
         proc.terminate()
@@ -81,14 +87,7 @@ def test_fastsim_threads_serve_one_port_and_its_stats_merge_them(tmp_path: Path)
     prompts = 64
     proc, root = start_fastsim(tmp_path, TTFT_MS * 1000, ITL_MS * 1000, threads=2)
     try:
-        httpx.get(root + "/stats?reset=1", trust_env=False)
-        sc = parse_scenario({
-            "name": "fastsim-threads", "target": {"base_url": root + "/v1", "api": "completions"},
-            "workload": {"num_prompts": prompts, "input_tokens": 32, "output_tokens": OUTPUT,
-                         "prompt": "token-ids"},
-            "load": {"concurrency": 32, "warmup_requests": 0},
-        })
-        m = execute(sc, tmp_path / "run").summary.to_dict()["cells"][0]["metrics"]
+        m = run_against(root, tmp_path, prompts, 32)
         stats = httpx.get(root + "/stats?reset=1", trust_env=False).json()
         after = httpx.get(root + "/stats", trust_env=False).json()
     finally:

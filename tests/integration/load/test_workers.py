@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -194,12 +195,9 @@ def test_a_worker_killed_mid_run_is_said_and_the_others_records_are_kept(start_s
     assert all(r.ok for r in measured)
 
 
-def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -> None:
-    """The workers send records faster than the parent takes them (on one core, the parent's
-    turn comes late): the pipe fills, and a worker keeps what the pipe has no room for until it
-    has, rather than dying with the pipe full ("Resource temporarily unavailable": the event
-    loop's watch of the pipe had made it non-blocking), which lost its in-flight requests and
-    every one it had yet to send."""
+def _run_group(base_url: str, tokens: int, count: int, emit: Callable[[RequestRecord], None]) -> list[str]:
+    """``count`` requests of ``tokens`` tokens through two workers at C=16, each record handed to
+    ``emit`` as the run's parent does; the messages the run had for the user."""
     import asyncio
 
     from loadgen.load.client import ClientConfig
@@ -209,17 +207,10 @@ def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -
     from loadgen.scenario.schema import Sampling, Target
     from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
 
-    base_url = start_sim(ttft_ms=1, itl_ms=0.05)
-    body = encode_payload(build_payload("completions", "loadgen-sim", Prompt(4, token_ids=(1, 2, 3, 4)), 256,
+    body = encode_payload(build_payload("completions", "loadgen-sim", Prompt(4, token_ids=(1, 2, 3, 4)), tokens,
                                         sampling=Sampling()))
-    count = 240
-    pool = [PreparedRequest(0, body, 4, 256)] * count
-    records: list[RequestRecord] = []
+    pool = [PreparedRequest(0, body, 4, tokens)] * count
     messages: list[str] = []
-
-    def slow_emit(r: RequestRecord) -> None:
-        records.append(r)
-        time.sleep(0.01)  # the parent's own work on each record, made slow
 
     def health(v: ClientReading) -> None:
         pass
@@ -227,7 +218,7 @@ def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -
     async def main() -> None:
         config = ClientConfig(Target(base_url=base_url), base_url, time.perf_counter_ns())
         jobs = worker_jobs(2, config, pool, count, 16, Arrivals(None), None)
-        group = WorkerGroup(jobs, slow_emit, health, messages.append, asyncio.Event())
+        group = WorkerGroup(jobs, emit, health, messages.append, asyncio.Event())
         try:
             assert await group.start()
             await group.run()
@@ -235,7 +226,23 @@ def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -
             await group.close()
 
     asyncio.run(main())
-    assert messages == []
+    return messages
+
+
+def test_a_parent_slower_than_its_workers_loses_no_record(start_sim: StartSim) -> None:
+    """The workers send records faster than the parent takes them (on one core, the parent's
+    turn comes late): the pipe fills, and a worker keeps what the pipe has no room for until it
+    has, rather than dying with the pipe full ("Resource temporarily unavailable": the event
+    loop's watch of the pipe had made it non-blocking), which lost its in-flight requests and
+    every one it had yet to send."""
+    count = 240
+    records: list[RequestRecord] = []
+
+    def slow_emit(r: RequestRecord) -> None:
+        records.append(r)
+        time.sleep(0.01)  # the parent's own work on each record, made slow
+
+    assert _run_group(start_sim(ttft_ms=1, itl_ms=0.05), 256, count, slow_emit) == []
     assert sorted(r.request_id for r in records) == list(range(count))
     assert all(r.ok and r.output_tokens == 256 for r in records)
 
@@ -246,43 +253,15 @@ def test_a_parent_held_up_never_holds_up_its_workers_reads(start_sim: StartSim) 
     their memory, and none is lost. Before, a worker waited on the full pipe (some 200 KB, here
     about 40 records) and every stream it read went unread until the parent was back: a client
     delay of seconds, and TCP merging the tokens that piled up (their times lost)."""
-    import asyncio
-
-    from loadgen.load.client import ClientConfig
-    from loadgen.load.schedule import Arrivals
-    from loadgen.load.workers import WorkerGroup, worker_jobs
-    from loadgen.results.readings import ClientReading
-    from loadgen.scenario.schema import Sampling, Target
-    from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
-
     hold_s, tokens, count = 3.0, 400, 160
-    base_url = start_sim(ttft_ms=5, itl_ms=1)
-    body = encode_payload(build_payload("completions", "loadgen-sim", Prompt(4, token_ids=(1, 2, 3, 4)), tokens,
-                                        sampling=Sampling()))
-    pool = [PreparedRequest(0, body, 4, tokens)] * count
     records: list[RequestRecord] = []
-    messages: list[str] = []
 
     def held_emit(r: RequestRecord) -> None:
         records.append(r)
         if len(records) == 1:
             time.sleep(hold_s)  # the parent's whole loop held: it takes nothing from the pipes
 
-    def health(v: ClientReading) -> None:
-        pass
-
-    async def main() -> None:
-        config = ClientConfig(Target(base_url=base_url), base_url, time.perf_counter_ns())
-        jobs = worker_jobs(2, config, pool, count, 16, Arrivals(None), None)
-        group = WorkerGroup(jobs, held_emit, health, messages.append, asyncio.Event())
-        try:
-            assert await group.start()
-            await group.run()
-        finally:
-            await group.close()
-
-    asyncio.run(main())
-    assert messages == []
+    assert _run_group(start_sim(ttft_ms=5, itl_ms=1), tokens, count, held_emit) == []
     assert sorted(r.request_id for r in records) == list(range(count))
     assert all(r.ok and r.output_tokens == tokens for r in records)
     # requests ended during the hold (the load went on), and every read of them was handled
