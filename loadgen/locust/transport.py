@@ -10,6 +10,7 @@ import itertools
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import gevent
 import orjson
@@ -18,6 +19,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from geventhttpclient.url import URL
 
 from loadgen.errors import LoadgenError
+from loadgen.load.connection import CLOSE_HABIT_NS
 from loadgen.load.sidecall import PAGE_MAX_BYTES, SIDE_CALL_S
 from loadgen.load.stream import StreamState, error_snippet
 from loadgen.load.target import pick_model
@@ -115,10 +117,44 @@ QUITTING_FILE_ENV = "LOADGEN_LOCUST_QUITTING_FILE"
 
 def open_client(url: URL, t: Timeouts) -> HTTPClient:
     # one connection per user, kept alive: the asyncio client's model
-    return HTTPClient.from_url(
+    http = HTTPClient.from_url(
         url, concurrency=1,
         connection_timeout=t.connect_s or 3600.0, network_timeout=t.between_tokens_s or 3600.0,
     )
+    _watch_closes(http)
+    return http
+
+
+def _watch_closes(http: HTTPClient) -> None:
+    """Count the kept connections the server closed within ``CLOSE_HABIT_NS`` of their answer
+    (``closed_after_answer``). The client checks a kept connection before it reuses one and
+    quietly opens a new one where the server's close has come: only where the close came later
+    was a request sent again, so on a busy machine a server that closes after each answer went
+    unnoticed. (The pool's own check, wrapped: geventhttpclient has no hook for it.)"""
+    pool = http._connection_pool
+    returned: dict[int, int] = {}
+    put_back, alive = pool.return_socket, pool._is_socket_alive
+    closes = [0]
+
+    def return_socket(sock: Any) -> None:
+        returned[id(sock)] = time.perf_counter_ns()
+        put_back(sock)
+
+    def is_alive(sock: Any) -> bool:
+        ok = alive(sock)
+        at = returned.pop(id(sock), None)
+        if not ok and at is not None and time.perf_counter_ns() - at < CLOSE_HABIT_NS:
+            closes[0] += 1
+        return ok
+
+    setattr(pool, "return_socket", return_socket)  # noqa: B010 - an instance's method replaced
+    setattr(pool, "_is_socket_alive", is_alive)  # noqa: B010
+    setattr(http, "loadgen_closes", closes)  # noqa: B010
+
+
+def closed_after_answer(http: HTTPClient) -> int:
+    """How many kept connections the server closed right after their answer (``open_client``'s)."""
+    return int(getattr(http, "loadgen_closes", [0])[0])
 
 
 def fetch_model(http: HTTPClient, url: URL, headers: dict[str, str], *, total_s: float = SIDE_CALL_S,

@@ -28,7 +28,7 @@ from loadgen.locust import hooks
 from loadgen.locust.plan import LocustPlan, locust_scenario
 from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log
 from loadgen.locust.stats import LLM
-from loadgen.locust.transport import Workbench, open_client, stream_request
+from loadgen.locust.transport import Workbench, closed_after_answer, open_client, stream_request
 from loadgen.results.capacity import first_wave, next_value, probe_entry
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.matrix import search_lines
@@ -159,11 +159,11 @@ class LLMUser(User):
             st.done_ns = st.done_ns or time.perf_counter_ns()
         finally:
             STATE.in_flight -= 1
-        if st.retries and bench.headers.get("Connection") != "close":
+        if (st.retries or closed_after_answer(self.http)) and bench.headers.get("Connection") != "close":
             # the server closes its connections after each answer: from now on every request
             # opens its own (and its TTFT includes the connect), as for every client of it
             bench.headers["Connection"] = "close"
-            log.info("loadgen: the server closed a kept-alive connection before answering: every request "
+            log.info("loadgen: the server closes its connections after each answer: every request "
                      "from here on opens a new connection, and its TTFT includes the connect")
         record = st.record(req, request_id, due_ns or st.sent_ns, BASE_NS, error, detail)
         end = st.done_ns or time.perf_counter_ns()

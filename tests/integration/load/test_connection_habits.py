@@ -180,3 +180,26 @@ def test_locust_users_lose_no_request_to_the_habit_either(tmp_path: Path) -> Non
     assert len(records) > 50
     assert [r for r in records if r.error is not None] == []
     assert "every request from here on opens a new connection" in proc.stderr
+
+
+def test_the_locust_client_notices_a_close_that_came_before_its_next_request() -> None:
+    # the server's close arrived before the next request: the client's pool quietly opens a new
+    # connection (nothing is sent again), and the close right after the answer is still counted,
+    # so the Locust user learns the habit on a busy machine too (before, only a request sent again
+    # taught it, and a CI run whose every close came first never said it)
+    from geventhttpclient.url import URL
+
+    from loadgen.locust.transport import closed_after_answer, open_client
+    from loadgen.scenario.schema import Timeouts
+
+    server = ClosesAfterEachAnswer()
+    try:
+        http = open_client(URL(server.base_url + "/models"), Timeouts())
+        for _ in range(3):
+            assert b"data" in http.get("/v1/models").read()
+            time.sleep(0.2)  # the close has come before the next request
+        closes = closed_after_answer(http)
+        http.close()
+    finally:
+        server.close()
+    assert closes == 2  # the second and third requests each found the last one's connection closed
