@@ -251,7 +251,7 @@ def test_a_parent_held_up_never_holds_up_its_workers_reads(start_sim: StartSim) 
     """The parent stops for 3 s on a record (as when it is descheduled, or busy writing) while the
     workers stream: they go on reading their answers, the records they make meanwhile wait in
     their memory, and none is lost. Before, a worker waited on the full pipe (some 200 KB, here
-    about 40 records) and every stream it read went unread until the parent was back: a client
+    about 30 records of 400 tokens) and every stream it read went unread until the parent was back: a client
     delay of seconds, and TCP merging the tokens that piled up (their times lost)."""
     hold_s, tokens, count = 3.0, 400, 160
     records: list[RequestRecord] = []
