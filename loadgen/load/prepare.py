@@ -13,6 +13,7 @@ import httpx
 
 from loadgen.errors import RunDirError, TargetError, UsageError
 from loadgen.load.client import StreamingClient
+from loadgen.load.sse import CHUNK_READER
 from loadgen.load.target import pick_model, token_counter
 from loadgen.results.provenance import Provenance
 from loadgen.results.records import RequestRecord
@@ -111,8 +112,10 @@ async def resolve_model(
     client: StreamingClient, base_url: str, wanted: str, provenance: Provenance
 ) -> str:
     """The model to ask for (``target.model``, or the server's first with ``auto``); the
-    provenance notes the server's list and the clock that times the answers' bytes."""
-    provenance.note(client_clock={"clock": client.clock, "why_not_kernel": client.clock_note})
+    provenance notes the server's list, the clock that times the answers' bytes and what reads
+    their chunks (compiled code, or Python where it was not built)."""
+    provenance.note(client_clock={"clock": client.clock, "why_not_kernel": client.clock_note},
+                    chunk_reader=CHUNK_READER)
     try:
         models = await client.fetch_models()
     except (httpx.HTTPError, ValueError) as exc:

@@ -7,6 +7,7 @@ are all accepted, as the SSE specification requires.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import orjson
@@ -231,9 +232,10 @@ def _response_event(kind: str, obj: dict[str, object], data: bytes) -> Chunk:
     return Chunk("", False, None, None, None, None, response_id=rid)
 
 
-def parse_chunk(data: bytes) -> Chunk:
+def read_chunk(data: bytes) -> Chunk:
     """Read a completions or chat chunk, or a Responses API event; raises ``MalformedChunk``
-    for anything else. (Called once per token: the common chunk takes the fewest steps.)"""
+    for anything else. (Called once per token where the compiled reading is missing or passes
+    the chunk on: the common chunk takes the fewest steps.)"""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -308,3 +310,20 @@ def _tool_pieces(calls: object, data: bytes) -> tuple[tuple[int, str, str, str],
                            _text(function.get("name"), "function.name", data),
                            _text(function.get("arguments"), "function.arguments", data)))
     return tuple(pieces)
+
+
+def _compiled_reading() -> Callable[[bytes], Chunk] | None:
+    """``parse_chunk`` in compiled code (``_chunkscan.c``, built at install where a C compiler is
+    found): the common chunk read straight from its bytes, every other one passed to
+    ``read_chunk``; None where it was not built."""
+    try:
+        from loadgen.load import _chunkscan
+    except ImportError:
+        return None
+    return _chunkscan.configure(Chunk, read_chunk)
+
+
+_compiled = _compiled_reading()
+# one chunk's reading, once per token: compiled where built (about 1.5 us a token less), else Python
+parse_chunk: Callable[[bytes], Chunk] = _compiled or read_chunk
+CHUNK_READER = "compiled" if _compiled is not None else "python"

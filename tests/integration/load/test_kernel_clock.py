@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loadgen.cli import app
+from loadgen.load import sse
 from loadgen.load.connection import STARVE_ENV
 from loadgen.results.records import RequestRecord, read_records
 from tests.conftest import StartSim
@@ -48,6 +49,7 @@ def test_a_busy_client_keeps_the_true_itl_with_kernel_stamps_and_not_without(
     # the simulator's own lateness on a busy machine moves the truth itself: allowed for
     late_ms = sim_metrics(base_url)["loadgen_sim_chunk_lateness_seconds_max"] * 1e3
     assert provenance["client_clock"] == {"clock": "kernel", "why_not_kernel": None}
+    assert provenance["chunk_reader"] == sse.CHUNK_READER  # (compiled where a compiler built it)
     for r in stamped:
         assert itl_ms(r) == pytest.approx(10, abs=1 + late_ms)  # when the second token's bytes arrived
         assert r.ttft_s == pytest.approx(0.050, abs=0.003 + late_ms / 1e3)

@@ -1,0 +1,585 @@
+/* The common streamed chunk read in compiled code: a completions or chat chunk of the shapes
+ * servers send a token at a time, its fields taken straight from the bytes (no dict, no
+ * objects for the fields nobody reads).
+ *
+ * ``configure(chunk_type, fallback)`` returns ``parse_chunk(data)``: a Chunk for what it knows
+ * for certain, and ``fallback(data)`` (loadgen.load.sse's Python reading) for anything else:
+ * invalid JSON, an error, the Responses API, reasoning, tool calls, escapes in keys, numbers it
+ * does not read exactly, non-ASCII outside the text. The two must agree on every input the
+ * compiled one answers: tests/unit/load/test_chunkscan.py holds it to that.
+ * ``scan(data)`` is the compiled part alone (None: it would fall back).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+#define MAX_USAGE_TOKENS (1LL << 30)
+#define CHUNK_FIELDS 12
+
+typedef struct {
+    const unsigned char *p, *end;
+} Cur;
+
+static PyObject *chunk_type = NULL;
+static PyObject *fallback = NULL;
+static PyObject *empty_tuple = NULL;
+static PyObject *empty_str = NULL;
+
+static inline void ws(Cur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
+        c->p++;
+}
+
+static inline int hex4(const unsigned char *s, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char ch = s[i];
+        v <<= 4;
+        if (ch >= '0' && ch <= '9') v |= ch - '0';
+        else if (ch >= 'a' && ch <= 'f') v |= ch - 'a' + 10;
+        else if (ch >= 'A' && ch <= 'F') v |= ch - 'A' + 10;
+        else return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A string at c->p (its opening quote). On success c->p is past the closing quote, *start and
+ * *len are its raw contents, *escaped and *wide say whether it holds escapes or non-ASCII bytes.
+ * A control character, a bad escape or an unterminated string: -1. */
+static int string_raw(Cur *c, const unsigned char **start, Py_ssize_t *len, int *escaped, int *wide) {
+    const unsigned char *p = c->p + 1;
+    *start = p;
+    *escaped = *wide = 0;
+    while (p < c->end) {
+        unsigned char ch = *p;
+        if (ch == '"') {
+            *len = p - *start;
+            c->p = p + 1;
+            return 0;
+        }
+        if (ch < 0x20) return -1;
+        if (ch == '\\') {
+            *escaped = 1;
+            if (p + 1 >= c->end) return -1;
+            unsigned char e = p[1];
+            if (e == 'u') {
+                unsigned v, low;
+                if (p + 6 > c->end || hex4(p + 2, &v) < 0) return -1;
+                p += 6;
+                if (v >= 0xDC00 && v <= 0xDFFF) return -1; /* a surrogate pair's second half alone */
+                if (v >= 0xD800 && v <= 0xDBFF) {           /* its first half: the second must follow */
+                    if (p + 6 > c->end || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, &low) < 0 || low < 0xDC00 ||
+                        low > 0xDFFF)
+                        return -1;
+                    p += 6;
+                }
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", e) || e == 0) return -1;
+            p += 2;
+            continue;
+        }
+        if (ch >= 0x80) *wide = 1;
+        p++;
+    }
+    return -1;
+}
+
+static void put_utf8(unsigned char **o, unsigned cp) {
+    unsigned char *q = *o;
+    if (cp < 0x80) *q++ = (unsigned char)cp;
+    else if (cp < 0x800) {
+        *q++ = 0xC0 | (cp >> 6);
+        *q++ = 0x80 | (cp & 0x3F);
+    } else if (cp < 0x10000) {
+        *q++ = 0xE0 | (cp >> 12);
+        *q++ = 0x80 | ((cp >> 6) & 0x3F);
+        *q++ = 0x80 | (cp & 0x3F);
+    } else {
+        *q++ = 0xF0 | (cp >> 18);
+        *q++ = 0x80 | ((cp >> 12) & 0x3F);
+        *q++ = 0x80 | ((cp >> 6) & 0x3F);
+        *q++ = 0x80 | (cp & 0x3F);
+    }
+    *o = q;
+}
+
+/* The text of a string's raw contents; NULL with no exception set where it cannot be read
+ * exactly (invalid UTF-8, a lone surrogate): the caller falls back. */
+static PyObject *string_value(const unsigned char *s, Py_ssize_t n, int escaped, int wide) {
+    if (!escaped) {
+        if (!wide) return PyUnicode_DecodeASCII((const char *)s, n, NULL);
+        PyObject *text = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+        if (text == NULL) PyErr_Clear();
+        return text;
+    }
+    /* an escape's UTF-8 is never longer than the escape itself */
+    unsigned char small[512];
+    unsigned char *buf = n <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc(n);
+    if (buf == NULL) return NULL;
+    unsigned char *o = buf;
+    const unsigned char *p = s, *end = s + n;
+    PyObject *text = NULL;
+    while (p < end) {
+        if (*p != '\\') {
+            *o++ = *p++;
+            continue;
+        }
+        unsigned char e = p[1];
+        p += 2;
+        switch (e) {
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            unsigned cp = 0, low = 0;
+            hex4(p, &cp);
+            p += 4;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) goto done;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (p + 6 > end || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, &low) < 0 || low < 0xDC00 ||
+                    low > 0xDFFF)
+                    goto done;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+                p += 6;
+            }
+            put_utf8(&o, cp);
+            break;
+        }
+        default: *o++ = e; /* " \ / */
+        }
+    }
+    text = PyUnicode_DecodeUTF8((const char *)buf, o - buf, NULL);
+    if (text == NULL) PyErr_Clear();
+done:
+    if (buf != small) PyMem_Free(buf);
+    return text;
+}
+
+/* A number read as JSON writes one; *integer: it has no fraction or exponent; *value: its value
+ * where it is an integer of at most 18 digits (*exact set). -1: not a number. */
+static int number(Cur *c, int *integer, long long *value, int *exact) {
+    const unsigned char *p = c->p, *end = c->end;
+    int negative = 0, digits = 0;
+    long long v = 0;
+    if (p < end && *p == '-') {
+        negative = 1;
+        p++;
+    }
+    if (p >= end || *p < '0' || *p > '9') return -1;
+    if (*p == '0') {
+        p++;
+        digits = 1;
+    } else {
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (digits < 18) v = v * 10 + (*p - '0');
+            digits++;
+            p++;
+        }
+    }
+    *integer = 1;
+    if (p < end && *p == '.') {
+        *integer = 0;
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return -1;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        *integer = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return -1;
+        int exp_digits = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            p++;
+            exp_digits++;
+        }
+        /* a number that may be past a double's range (orjson refuses it) is left to the Python side */
+        if (exp_digits > 2) return -1;
+    }
+    if (digits > 18 || (p - c->p) > 40) return -1;
+    *exact = *integer;
+    *value = negative ? -v : v;
+    c->p = p;
+    return 0;
+}
+
+static int literal(Cur *c, const char *word, size_t n) {
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) return -1;
+    c->p += n;
+    return 0;
+}
+
+/* Any value, checked and passed over; a string with non-ASCII bytes is left to the Python side
+ * (its UTF-8 would have to be checked). -1: fall back. */
+static int skip(Cur *c, int depth) {
+    const unsigned char *s;
+    Py_ssize_t n;
+    int escaped, wide, integer, exact;
+    long long v;
+    if (depth > MAX_DEPTH) return -1;
+    ws(c);
+    if (c->p >= c->end) return -1;
+    switch (*c->p) {
+    case '"':
+        if (string_raw(c, &s, &n, &escaped, &wide) < 0 || wide) return -1;
+        return 0;
+    case '{':
+        c->p++;
+        ws(c);
+        if (c->p < c->end && *c->p == '}') {
+            c->p++;
+            return 0;
+        }
+        for (;;) {
+            ws(c);
+            if (c->p >= c->end || *c->p != '"' || string_raw(c, &s, &n, &escaped, &wide) < 0 || wide) return -1;
+            ws(c);
+            if (c->p >= c->end || *c->p != ':') return -1;
+            c->p++;
+            if (skip(c, depth + 1) < 0) return -1;
+            ws(c);
+            if (c->p >= c->end) return -1;
+            if (*c->p == ',') {
+                c->p++;
+                continue;
+            }
+            if (*c->p == '}') {
+                c->p++;
+                return 0;
+            }
+            return -1;
+        }
+    case '[':
+        c->p++;
+        ws(c);
+        if (c->p < c->end && *c->p == ']') {
+            c->p++;
+            return 0;
+        }
+        for (;;) {
+            if (skip(c, depth + 1) < 0) return -1;
+            ws(c);
+            if (c->p >= c->end) return -1;
+            if (*c->p == ',') {
+                c->p++;
+                continue;
+            }
+            if (*c->p == ']') {
+                c->p++;
+                return 0;
+            }
+            return -1;
+        }
+    case 't': return literal(c, "true", 4);
+    case 'f': return literal(c, "false", 5);
+    case 'n': return literal(c, "null", 4);
+    default: return number(c, &integer, &v, &exact);
+    }
+}
+
+/* The members of an object at c->p ('{'): calls member(key, keylen, state) for each, positioned
+ * at its value, which the callback must read or skip. Keys with escapes or non-ASCII: -1. */
+typedef int (*member_fn)(Cur *c, const unsigned char *key, Py_ssize_t n, void *state);
+
+static int members(Cur *c, member_fn member, void *state) {
+    const unsigned char *key;
+    Py_ssize_t n;
+    int escaped, wide;
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 0;
+    }
+    for (;;) {
+        ws(c);
+        if (c->p >= c->end || *c->p != '"' || string_raw(c, &key, &n, &escaped, &wide) < 0 || escaped || wide)
+            return -1;
+        ws(c);
+        if (c->p >= c->end || *c->p != ':') return -1;
+        c->p++;
+        ws(c);
+        if (c->p >= c->end || member(c, key, n, state) < 0) return -1;
+        ws(c);
+        if (c->p >= c->end) return -1;
+        if (*c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (*c->p == '}') {
+            c->p++;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+#define KEY(name) (n == (Py_ssize_t)(sizeof(name) - 1) && memcmp(key, name, sizeof(name) - 1) == 0)
+
+/* a string field as it is read: its raw contents (kind 1), null (kind 0), or not seen (-1) */
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t len;
+    int escaped, wide, kind;
+} Field;
+
+/* what the chunk says, as it is read */
+typedef struct {
+    Field content, text, finish; /* delta.content, the choice's text, its finish_reason */
+    int delta_seen, delta_object;
+    int choices_seen, choices_list, has_choices, usage_seen;
+    long long completion, prompt, cached;
+    int completion_seen, prompt_seen, completion_set, prompt_set, details_seen, cached_seen, cached_set;
+} Scan;
+
+/* a string or null, once: -1 for anything else or a second time */
+static int field(Cur *c, Field *f) {
+    if (f->kind != -1) return -1;
+    if (*c->p == '"') {
+        f->kind = 1;
+        return string_raw(c, &f->s, &f->len, &f->escaped, &f->wide);
+    }
+    f->kind = 0;
+    return literal(c, "null", 4);
+}
+
+static int delta_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *state) {
+    Scan *sc = state;
+    if (KEY("content")) return field(c, &sc->content);
+    /* a thought, a tool call: the Python side reads them */
+    if (KEY("reasoning_content") || KEY("reasoning") || KEY("tool_calls")) return -1;
+    return skip(c, 3);
+}
+
+static int choice_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *state) {
+    Scan *sc = state;
+    if (KEY("delta")) {
+        if (sc->delta_seen) return -1;
+        sc->delta_seen = 1;
+        if (*c->p == '{') {
+            sc->delta_object = 1;
+            return members(c, delta_member, sc);
+        }
+        return literal(c, "null", 4);
+    }
+    if (KEY("text")) return field(c, &sc->text);
+    if (KEY("finish_reason")) return field(c, &sc->finish);
+    return skip(c, 3);
+}
+
+static int details_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *state) {
+    Scan *sc = state;
+    if (KEY("cached_tokens")) {
+        if (sc->cached_seen) return -1;
+        sc->cached_seen = 1;
+        if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) {
+            int integer, exact;
+            if (number(c, &integer, &sc->cached, &exact) < 0) return -1;
+            sc->cached_set = integer; /* (a fraction is no count) */
+            return 0;
+        }
+        return skip(c, 3); /* not a number: no count */
+    }
+    return skip(c, 3);
+}
+
+/* a usage count, once: an integer from 0 to MAX_USAGE_TOKENS, or null; anything else: -1 */
+static int count(Cur *c, long long *value, int *seen, int *set) {
+    int integer, exact;
+    if (*seen) return -1;
+    *seen = 1;
+    if (*c->p == 'n') return literal(c, "null", 4);
+    if (number(c, &integer, value, &exact) < 0 || !integer || *value < 0 || *value > MAX_USAGE_TOKENS) return -1;
+    *set = 1;
+    return 0;
+}
+
+static int usage_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *state) {
+    Scan *sc = state;
+    if (KEY("completion_tokens")) return count(c, &sc->completion, &sc->completion_seen, &sc->completion_set);
+    if (KEY("prompt_tokens")) return count(c, &sc->prompt, &sc->prompt_seen, &sc->prompt_set);
+    if (KEY("prompt_tokens_details")) {
+        if (sc->details_seen) return -1;
+        sc->details_seen = 1;
+        if (*c->p == '{') return members(c, details_member, sc);
+        return skip(c, 2);
+    }
+    return skip(c, 2);
+}
+
+static int top_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *state) {
+    Scan *sc = state;
+    if (KEY("type") || KEY("error")) return -1;
+    if (KEY("object")) {
+        if (*c->p == '"') {
+            const unsigned char *s;
+            Py_ssize_t len;
+            int escaped, wide;
+            if (string_raw(c, &s, &len, &escaped, &wide) < 0 || escaped || wide) return -1;
+            return (len == 5 && memcmp(s, "error", 5) == 0) ? -1 : 0;
+        }
+        return skip(c, 1);
+    }
+    if (KEY("choices")) {
+        if (sc->choices_seen) return -1;
+        sc->choices_seen = 1;
+        if (*c->p == 'n') return literal(c, "null", 4);
+        if (*c->p != '[') return -1;
+        sc->choices_list = 1;
+        c->p++;
+        ws(c);
+        if (c->p < c->end && *c->p == ']') {
+            c->p++;
+            return 0;
+        }
+        sc->has_choices = 1;
+        ws(c);
+        if (c->p >= c->end || *c->p != '{' || members(c, choice_member, sc) < 0) return -1;
+        for (;;) {
+            ws(c);
+            if (c->p >= c->end) return -1;
+            if (*c->p == ']') {
+                c->p++;
+                return 0;
+            }
+            if (*c->p != ',') return -1;
+            c->p++;
+            if (skip(c, 2) < 0) return -1;
+        }
+    }
+    if (KEY("usage")) {
+        if (sc->usage_seen) return -1;
+        sc->usage_seen = 1;
+        if (*c->p == 'n') return literal(c, "null", 4);
+        if (*c->p != '{') return -1;
+        return members(c, usage_member, sc);
+    }
+    return skip(c, 1);
+}
+
+static PyObject *int_or_none(int set, long long v) {
+    if (set) return PyLong_FromLongLong(v);
+    Py_RETURN_NONE;
+}
+
+/* The Chunk, NULL with no exception set where the Python side must read it. */
+static PyObject *scan_chunk(PyObject *data) {
+    if (!PyBytes_CheckExact(data)) return NULL;
+    Scan sc;
+    memset(&sc, 0, sizeof(sc));
+    sc.content.kind = sc.text.kind = sc.finish.kind = -1;
+    Cur c = {(const unsigned char *)PyBytes_AS_STRING(data),
+             (const unsigned char *)PyBytes_AS_STRING(data) + PyBytes_GET_SIZE(data)};
+    ws(&c);
+    if (c.p >= c.end || *c.p != '{' || members(&c, top_member, &sc) < 0) return NULL;
+    ws(&c);
+    if (c.p != c.end) return NULL;
+    if (!sc.choices_list && !sc.usage_seen) return NULL; /* neither: malformed, said by the Python side */
+    /* the choice's text: delta.content where the delta is an object, else its "text" */
+    PyObject *text, *finish, *completion, *prompt, *cached, *out;
+    Field *chosen = sc.delta_object ? &sc.content : &sc.text;
+    if (sc.delta_object && sc.text.kind == 1 && sc.text.wide) {
+        /* the choice's text, not read, must still be UTF-8 for the chunk to be JSON */
+        PyObject *unread = string_value(sc.text.s, sc.text.len, sc.text.escaped, 1);
+        if (unread == NULL) return NULL;
+        Py_DECREF(unread);
+    }
+    if (sc.has_choices && chosen->kind == 1) {
+        text = string_value(chosen->s, chosen->len, chosen->escaped, chosen->wide);
+        if (text == NULL) return NULL;
+    } else {
+        text = Py_NewRef(empty_str);
+    }
+    if (sc.has_choices && sc.finish.kind == 1) {
+        finish = string_value(sc.finish.s, sc.finish.len, sc.finish.escaped, sc.finish.wide);
+        if (finish == NULL) {
+            Py_DECREF(text);
+            return NULL;
+        }
+    } else {
+        finish = Py_NewRef(Py_None);
+    }
+    completion = int_or_none(sc.completion_set, sc.completion);
+    prompt = int_or_none(sc.prompt_set, sc.prompt);
+    cached = int_or_none(sc.cached_set, sc.cached);
+    out = ((PyTypeObject *)chunk_type)->tp_alloc((PyTypeObject *)chunk_type, CHUNK_FIELDS);
+    if (out == NULL || completion == NULL || prompt == NULL || cached == NULL) {
+        Py_XDECREF(out);
+        Py_DECREF(text);
+        Py_DECREF(finish);
+        Py_XDECREF(completion);
+        Py_XDECREF(prompt);
+        Py_XDECREF(cached);
+        return NULL; /* (an exception is set: no memory) */
+    }
+    PyTuple_SET_ITEM(out, 0, text);
+    PyTuple_SET_ITEM(out, 1, Py_NewRef(sc.has_choices ? Py_True : Py_False));
+    PyTuple_SET_ITEM(out, 2, completion);
+    PyTuple_SET_ITEM(out, 3, prompt);
+    PyTuple_SET_ITEM(out, 4, finish);
+    PyTuple_SET_ITEM(out, 5, Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(out, 6, Py_NewRef(Py_False));
+    PyTuple_SET_ITEM(out, 7, cached);
+    PyTuple_SET_ITEM(out, 8, Py_NewRef(Py_False));
+    PyTuple_SET_ITEM(out, 9, Py_NewRef(Py_False));
+    PyTuple_SET_ITEM(out, 10, Py_NewRef(empty_tuple));
+    PyTuple_SET_ITEM(out, 11, Py_NewRef(Py_None));
+    return out;
+}
+
+static PyObject *parse_chunk(PyObject *self, PyObject *data) {
+    PyObject *chunk = scan_chunk(data);
+    if (chunk != NULL || PyErr_Occurred()) return chunk;
+    return PyObject_CallOneArg(fallback, data);
+}
+
+static PyObject *scan(PyObject *self, PyObject *data) {
+    if (chunk_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() first");
+        return NULL;
+    }
+    PyObject *chunk = scan_chunk(data);
+    if (chunk != NULL || PyErr_Occurred()) return chunk;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef parse_def = {"parse_chunk", parse_chunk, METH_O,
+                                "A streamed chunk's Chunk (the compiled reading, else the Python one)."};
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *type, *fn;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &fn)) return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "the chunk type must be a tuple type");
+        return NULL;
+    }
+    Py_XSETREF(chunk_type, Py_NewRef(type));
+    Py_XSETREF(fallback, Py_NewRef(fn));
+    return PyCFunction_New(&parse_def, NULL);
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS,
+     "configure(chunk_type, fallback) -> parse_chunk: the compiled reading, falling back to fallback(data)."},
+    {"scan", scan, METH_O, "scan(data) -> Chunk or None: the compiled reading alone (None: it would fall back)."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_chunkscan",
+    .m_doc = "The common streamed chunk read in compiled code.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__chunkscan(void) {
+    empty_tuple = PyTuple_New(0);
+    empty_str = PyUnicode_New(0, 0);
+    if (empty_tuple == NULL || empty_str == NULL) return NULL;
+    return PyModule_Create(&module);
+}
