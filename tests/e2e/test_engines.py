@@ -257,6 +257,33 @@ load: {concurrency: 2, warmup_requests: 1}
     assert cell["metrics"]["ttft_s"]["p50"] is not None
 
 
+def chunks_read_in_compiled_code(base_url: str, least: int = 8) -> None:
+    """The engine's own token chunks (completions and chat, with usage on every chunk and
+    without; at least ``least`` an answer) are ones the compiled chunk reading reads, and it reads
+    them as the Python reading does."""
+    from loadgen.load import _chunkscan
+    from loadgen.load.sse import DONE, SSEParser, read_chunk
+
+    model = httpx.get(f"{base_url}/models", timeout=30).json()["data"][0]["id"]
+    asks = [("completions", {"prompt": "the sky over the sea"}),
+            ("chat/completions", {"messages": [{"role": "user", "content": "the sky over the sea"}]})]
+    for path, body in asks:
+        for usage in ({"include_usage": True, "continuous_usage_stats": True}, None):
+            ask = {**body, "model": model, "max_tokens": 8, "ignore_eos": True, "stream": True,
+                   **({"stream_options": usage} if usage else {})}
+            parser, events = SSEParser(), []
+            with httpx.stream("POST", f"{base_url}/{path}", json=ask, timeout=60) as answer:
+                assert answer.status_code == 200
+                for data in answer.iter_bytes():
+                    events += parser.feed(data)
+            chunks = [e for e in [*events, *parser.finish()] if e != DONE]
+            assert len(chunks) >= least, chunks
+            for data in chunks:
+                chunk = _chunkscan.scan(data)
+                assert chunk is not None, f"{path}: the compiled reading passed on {data!r}"
+                assert tuple(chunk) == tuple(read_chunk(data)), data
+
+
 def agent_sessions_with_tools(base_url: str, tmp_path: Path) -> None:
     """A session file with tool calls on vLLM (started with a tool-call parser), on chat and on
     the Responses API: every turn completes with its usage; the named function is called (by
@@ -371,6 +398,7 @@ load: {concurrency: [1, 4], warmup_requests: 1}
         assert provenance["cpus"]["client"]
         assert not set(provenance["cpus"]["engine"]) & set(provenance["cpus"]["client"])
         locust_against_the_engine(f"http://127.0.0.1:{port}/v1", path, tmp_path)
+        chunks_read_in_compiled_code(f"http://127.0.0.1:{port}/v1")
         prefix_cache_witness(f"http://127.0.0.1:{port}/v1", tmp_path)
         shared_prefix_exact(f"http://127.0.0.1:{port}/v1", tmp_path)
         responses_api_exact(f"http://127.0.0.1:{port}/v1", tmp_path)
