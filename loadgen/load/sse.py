@@ -7,6 +7,7 @@ are all accepted, as the SSE specification requires.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -312,10 +313,16 @@ def _tool_pieces(calls: object, data: bytes) -> tuple[tuple[int, str, str, str],
     return tuple(pieces)
 
 
+# set to "python": the Python reading alone, even where the compiled one was built
+CHUNK_READER_ENV = "LOADGEN_CHUNK_READER"
+
+
 def _compiled_reading() -> Callable[[bytes], Chunk] | None:
     """``parse_chunk`` in compiled code (``_chunkscan.c``, built at install where a C compiler is
     found): the common chunk read straight from its bytes, every other one passed to
-    ``read_chunk``; None where it was not built."""
+    ``read_chunk``; None where it was not built or is set aside."""
+    if os.environ.get(CHUNK_READER_ENV) == "python":
+        return None
     try:
         from loadgen.load import _chunkscan
     except ImportError:
