@@ -468,13 +468,11 @@ static PyObject *int_or_none(int set, long long v) {
 }
 
 /* The Chunk, NULL with no exception set where the Python side must read it. */
-static PyObject *scan_chunk(PyObject *data) {
-    if (!PyBytes_CheckExact(data)) return NULL;
+static PyObject *scan_bytes(const unsigned char *start, Py_ssize_t size) {
     Scan sc;
     memset(&sc, 0, sizeof(sc));
     sc.content.kind = sc.text.kind = sc.finish.kind = -1;
-    Cur c = {(const unsigned char *)PyBytes_AS_STRING(data),
-             (const unsigned char *)PyBytes_AS_STRING(data) + PyBytes_GET_SIZE(data)};
+    Cur c = {start, start + size};
     ws(&c);
     if (c.p >= c.end || *c.p != '{' || members(&c, top_member, &sc) < 0) return NULL;
     ws(&c);
@@ -532,6 +530,77 @@ static PyObject *scan_chunk(PyObject *data) {
     return out;
 }
 
+static PyObject *scan_chunk(PyObject *data) {
+    if (!PyBytes_CheckExact(data)) return NULL;
+    return scan_bytes((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+}
+
+/* the largest event the fast reading of a read takes whole (the SSE parser's own bound is larger:
+ * a bigger one goes to it) */
+#define MAX_FAST_EVENT (1 << 20)
+
+/* ``events(read)``: a read of a chunked event stream that is whole HTTP chunks, each one whole SSE
+ * event of one "data: " line (what servers send a token at a time), as the list of its events:
+ * a Chunk each, None for [DONE]. None where any part is otherwise (a chunk cut by the read, an
+ * extension, the last chunk, an event of another shape, a chunk the compiled reading passes
+ * on): the read then goes through the HTTP and SSE parsers. */
+static PyObject *events(PyObject *self, PyObject *data) {
+    if (chunk_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() first");
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(data)) Py_RETURN_NONE;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    const unsigned char *end = p + PyBytes_GET_SIZE(data);
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    while (p < end) {
+        size_t size = 0;
+        int digits = 0;
+        for (; p < end; p++, digits++) {
+            unsigned char ch = *p;
+            unsigned v;
+            if (ch >= '0' && ch <= '9') v = ch - '0';
+            else if (ch >= 'a' && ch <= 'f') v = ch - 'a' + 10;
+            else if (ch >= 'A' && ch <= 'F') v = ch - 'A' + 10;
+            else break;
+            size = size * 16 + v;
+            if (digits > 8) goto pass;
+        }
+        if (digits == 0 || size < 8 || size > MAX_FAST_EVENT || end - p < 2 || p[0] != '\r' || p[1] != '\n') goto pass;
+        p += 2;
+        if ((size_t)(end - p) < size + 2 || p[size] != '\r' || p[size + 1] != '\n') goto pass;
+        const unsigned char *event = p;
+        p += size + 2;
+        if (memcmp(event, "data: ", 6) != 0 || event[size - 2] != '\n' || event[size - 1] != '\n' ||
+            memchr(event + 6, '\n', size - 8) != NULL || memchr(event, '\r', size) != NULL)
+            goto pass;
+        PyObject *item;
+        if (size == 14 && memcmp(event + 6, "[DONE]", 6) == 0) {
+            item = Py_NewRef(Py_None);
+        } else {
+            item = scan_bytes(event + 6, (Py_ssize_t)size - 8);
+            if (item == NULL) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                goto pass;
+            }
+        }
+        int failed = PyList_Append(out, item);
+        Py_DECREF(item);
+        if (failed) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    if (PyList_GET_SIZE(out) > 0) return out;
+pass:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyObject *parse_chunk(PyObject *self, PyObject *data) {
     PyObject *chunk = scan_chunk(data);
     if (chunk != NULL || PyErr_Occurred()) return chunk;
@@ -567,6 +636,9 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure(chunk_type, fallback) -> parse_chunk: the compiled reading, falling back to fallback(data)."},
     {"scan", scan, METH_O, "scan(data) -> Chunk or None: the compiled reading alone (None: it would fall back)."},
+    {"events", events, METH_O,
+     "events(read) -> list or None: a read of whole HTTP chunks of one whole event each, as its Chunks (None: "
+     "[DONE]); None where the read is otherwise."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {

@@ -13,6 +13,7 @@ from typing import cast
 
 import httptools
 
+from loadgen.load.sse import whole_events
 from loadgen.load.stream import Outcome, StreamState, error_snippet
 from loadgen.results.records import FailureClass
 
@@ -88,6 +89,11 @@ class Connection(asyncio.Protocol):
         self._starve_s = starve_s
         self.answered_ns = 0  # when its last answer ended (0: none yet)
         self.closed_cleanly = False
+        # a chunked event stream whose HTTP parser stands between two chunks: a read of whole
+        # chunks of one whole event each may then be read by the compiled reading alone
+        self._chunked = False
+        self._between = False  # the parser's last step was a chunk's end (or the headers' end)
+        self._boundary = False  # ... and the last read ended there
 
     # asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -117,14 +123,16 @@ class Connection(asyncio.Protocol):
             ex.last_ns = t
             ex.answered = True
             before = len(ex.st.chunk_ns)
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._feed()
-            self._fail("reset" if self.ex is None or self.ex.st.status is None else "stream_cut",
-                       f"invalid HTTP response: {exc}")
-        else:
-            self._feed()
+        if ex is None or not self._boundary or not self._whole(ex, data):
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                self._feed()
+                self._fail("reset" if self.ex is None or self.ex.st.status is None else "stream_cut",
+                           f"invalid HTTP response: {exc}")
+            else:
+                self._feed()
+            self._boundary = self._between and data.endswith(b"\r\n")
         if ex is not None and len(ex.st.chunk_ns) - before > 1:
             ex.st.coalesced += 1  # several tokens in one read: they share its time
         if self._starve_s:
@@ -134,6 +142,23 @@ class Connection(asyncio.Protocol):
         stats = self._stats
         stats.reads += 1
         stats.read_ns += time.perf_counter_ns() - handled
+
+    def _whole(self, ex: Exchange, data: bytes) -> bool:
+        """A read of whole chunks, each one whole event, read by the compiled reading alone (the
+        HTTP parser, between two chunks, is left there); False where it is not one."""
+        assert whole_events is not None
+        items = whole_events(data)
+        if items is None:
+            return False
+        st = ex.st
+        decided = st.take(items, self._t)
+        if decided is None:
+            return False
+        if decided and st.outcome != (None, None) and not ex.done.done():
+            assert st.outcome is not None
+            ex.done.set_result(st.outcome)
+            self.abort()
+        return True
 
     def eof_received(self) -> bool | None:
         self.closed_cleanly = True  # the server closed it (FIN), rather than resetting it
@@ -171,11 +196,20 @@ class Connection(asyncio.Protocol):
         # web page (a proxy's or a login page) is read whole and classed, never parsed as SSE
         if status >= 400 or ex.collect or status != 200 or self._html:
             ex.body = []
+        else:
+            self._between = self._chunked and whole_events is not None
+
+    def on_chunk_header(self) -> None:
+        self._between = False
+
+    def on_chunk_complete(self) -> None:
+        self._between = self._chunked and whole_events is not None and self.ex is not None and self.ex.body is None
 
     def on_header(self, name: bytes, value: bytes) -> None:
         lower = name.lower()
         if lower == b"transfer-encoding" or lower == b"content-length":
             self._until_close = False
+            self._chunked = lower == b"transfer-encoding" and value.lower().strip() == b"chunked"
         elif lower == b"content-type" and value.lower().startswith(b"text/html"):
             self._html = True
 
@@ -229,6 +263,7 @@ class Connection(asyncio.Protocol):
         self.reusable = False
         self._until_close = True  # until a length or chunked encoding says otherwise
         self._html = False
+        self._chunked = self._between = self._boundary = False
         self._parser = httptools.HttpResponseParser(self)
         assert self.transport is not None
         ex.st.sent_ns = ex.last_ns = time.perf_counter_ns()

@@ -106,6 +106,10 @@ class SSEParser:
             raise EventTooLarge(f"an event of over {self.max_event_bytes >> 20} MiB")
         return events
 
+    def idle(self) -> bool:
+        """Nothing of an event held: the next byte begins one."""
+        return not self._buf and not self._parts and not self._data
+
     def _line(self, line: bytes, events: list[bytes]) -> None:
         if not line:
             if self._data:
@@ -317,20 +321,26 @@ def _tool_pieces(calls: object, data: bytes) -> tuple[tuple[int, str, str, str],
 CHUNK_READER_ENV = "LOADGEN_CHUNK_READER"
 
 
-def _compiled_reading() -> Callable[[bytes], Chunk] | None:
-    """``parse_chunk`` in compiled code (``_chunkscan.c``, built at install where a C compiler is
-    found): the common chunk read straight from its bytes, every other one passed to
-    ``read_chunk``; None where it was not built or is set aside."""
+WholeEvents = Callable[[bytes], "list[Chunk | None] | None"]
+
+
+def _compiled_reading() -> tuple[Callable[[bytes], Chunk], WholeEvents] | None:
+    """The compiled reading (``_chunkscan.c``, built at install where a C compiler is found):
+    ``parse_chunk``, the common chunk read straight from its bytes and every other one passed to
+    ``read_chunk``, and ``whole_events``; None where it was not built or is set aside."""
     if os.environ.get(CHUNK_READER_ENV) == "python":
         return None
     try:
         from loadgen.load import _chunkscan
     except ImportError:
         return None
-    return _chunkscan.configure(Chunk, read_chunk)
+    return _chunkscan.configure(Chunk, read_chunk), _chunkscan.events
 
 
 _compiled = _compiled_reading()
 # one chunk's reading, once per token: compiled where built (about 1.5 us a token less), else Python
-parse_chunk: Callable[[bytes], Chunk] = _compiled or read_chunk
+parse_chunk: Callable[[bytes], Chunk] = _compiled[0] if _compiled else read_chunk
+# a read of whole HTTP chunks of one whole "data: " event each, read at once: its Chunks (None for
+# [DONE]), or None where the read is otherwise; None where the compiled reading is not there
+whole_events: WholeEvents | None = _compiled[1] if _compiled else None
 CHUNK_READER = "compiled" if _compiled is not None else "python"

@@ -12,7 +12,7 @@ import re
 
 import orjson
 
-from loadgen.load.sse import DONE, EventTooLarge, InvalidUsage, MalformedChunk, SSEParser, parse_chunk
+from loadgen.load.sse import DONE, Chunk, EventTooLarge, InvalidUsage, MalformedChunk, SSEParser, parse_chunk
 from loadgen.results.records import FailureClass, RequestRecord, TokenSource
 from loadgen.scenario.schema import token_limit
 from loadgen.workload.payload import PreparedRequest
@@ -94,6 +94,17 @@ class StreamState:
                 return True
         return self.outcome is not None
 
+    def take(self, items: list[Chunk | None], t: int) -> bool | None:
+        """The events of one read, each read whole by the compiled reading (a Chunk, None for
+        [DONE]), as ``feed`` would take them; None where they must go through ``feed`` instead
+        (the stream is decided, read whole, or its SSE parser holds part of an event)."""
+        if self.outcome is not None or self.whole is not None or not self.parser.idle():
+            return None
+        for chunk in items:
+            if self._decided(t) if chunk is None else self._chunk(chunk, t):
+                return True
+        return False
+
     def end(self, t: int) -> Outcome:
         """The body ended at ``t``: the stream's outcome."""
         if self.outcome is not None:
@@ -130,31 +141,42 @@ class StreamState:
 
     def _event(self, data: bytes, t: int) -> bool:
         if data == DONE:
-            self.done_ns = t
-            if not self.chunk_ns and self.parser.ignored_lines:
-                # [DONE] after lines that were not SSE fields (e.g. JSON without "data:")
-                self.outcome = ("malformed", f"{self.parser.ignored_lines} lines without an SSE field")
-            else:
-                self.outcome = (None, None)
-            return True
-        failure = self._on_chunk(data, t)
+            return self._decided(t)
+        try:
+            chunk = parse_chunk(data)
+        except InvalidUsage as exc:
+            return self._failed(("usage_invalid", str(exc)), t)
+        except MalformedChunk as exc:
+            return self._failed(("malformed", str(exc)), t)
+        return self._chunk(chunk, t)
+
+    def _decided(self, t: int) -> bool:
+        """[DONE] at ``t``."""
+        self.done_ns = t
+        if not self.chunk_ns and self.parser.ignored_lines:
+            # [DONE] after lines that were not SSE fields (e.g. JSON without "data:")
+            self.outcome = ("malformed", f"{self.parser.ignored_lines} lines without an SSE field")
+        else:
+            self.outcome = (None, None)
+        return True
+
+    def _failed(self, failure: tuple[FailureClass, str], t: int) -> bool:
+        self.done_ns = t
+        self.outcome = failure
+        return True
+
+    def _chunk(self, chunk: Chunk, t: int) -> bool:
+        """One event's chunk at ``t``; True once the stream is decided."""
+        failure = self._on_chunk(chunk, t)
         if failure is not None:
-            self.done_ns = t
-            self.outcome = failure
-            return True
+            return self._failed(failure, t)
         if self.final:
             self.done_ns = t
             self.outcome = (None, None)
             return True
         return False
 
-    def _on_chunk(self, data: bytes, t: int) -> tuple[FailureClass, str] | None:
-        try:
-            chunk = parse_chunk(data)
-        except InvalidUsage as exc:
-            return "usage_invalid", str(exc)
-        except MalformedChunk as exc:
-            return "malformed", str(exc)
+    def _on_chunk(self, chunk: Chunk, t: int) -> tuple[FailureClass, str] | None:
         # (one unpacking: this runs once per token, and each named field read is a lookup)
         text, has_choices, completion, prompt, finish, error, reasoning, cached, final, tool, calls, rid = chunk
         if error is not None:
