@@ -214,8 +214,71 @@ static int literal(Cur *c, const char *word, size_t n) {
     return 0;
 }
 
-/* Any value, checked and passed over; a string with non-ASCII bytes is left to the Python side
- * (its UTF-8 would have to be checked). -1: fall back. */
+/* Past the opening bracket at c->p: 1 where the closing one follows at once (it is passed over). */
+static int opened(Cur *c, unsigned char close) {
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* After a member or an element: 1 for a comma (another follows), 0 for the closing bracket (passed
+ * over), -1 for anything else. */
+static int after_item(Cur *c, unsigned char close) {
+    ws(c);
+    if (c->p >= c->end) return -1;
+    if (*c->p == ',') {
+        c->p++;
+        return 1;
+    }
+    if (*c->p == close) {
+        c->p++;
+        return 0;
+    }
+    return -1;
+}
+
+/* The members of an object at c->p ('{'): calls member(key, keylen, state) for each, positioned
+ * at its value, which the callback must read or skip. Keys with escapes or non-ASCII: -1. */
+typedef int (*member_fn)(Cur *c, const unsigned char *key, Py_ssize_t n, void *state);
+
+static int members(Cur *c, member_fn member, void *state) {
+    const unsigned char *key;
+    Py_ssize_t n;
+    int escaped, wide, more;
+    if (opened(c, '}')) return 0;
+    do {
+        ws(c);
+        if (c->p >= c->end || *c->p != '"' || string_raw(c, &key, &n, &escaped, &wide) < 0 || escaped || wide)
+            return -1;
+        ws(c);
+        if (c->p >= c->end || *c->p != ':') return -1;
+        c->p++;
+        ws(c);
+        if (c->p >= c->end || member(c, key, n, state) < 0) return -1;
+    } while ((more = after_item(c, '}')) == 1);
+    return more;
+}
+
+static int skip(Cur *c, int depth);
+
+static int skip_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *state) {
+    return skip(c, *(int *)state + 1);
+}
+
+/* The elements after the first of an array (the first read, c->p after it): each skipped. */
+static int rest_of_array(Cur *c, int depth) {
+    int more;
+    while ((more = after_item(c, ']')) == 1)
+        if (skip(c, depth + 1) < 0) return -1;
+    return more;
+}
+
+/* Any value, checked and passed over; a string with non-ASCII bytes, or a key with an escape, is
+ * left to the Python side (its UTF-8 would have to be checked). -1: fall back. */
 static int skip(Cur *c, int depth) {
     const unsigned char *s;
     Py_ssize_t n;
@@ -228,94 +291,15 @@ static int skip(Cur *c, int depth) {
     case '"':
         if (string_raw(c, &s, &n, &escaped, &wide) < 0 || wide) return -1;
         return 0;
-    case '{':
-        c->p++;
-        ws(c);
-        if (c->p < c->end && *c->p == '}') {
-            c->p++;
-            return 0;
-        }
-        for (;;) {
-            ws(c);
-            if (c->p >= c->end || *c->p != '"' || string_raw(c, &s, &n, &escaped, &wide) < 0 || wide) return -1;
-            ws(c);
-            if (c->p >= c->end || *c->p != ':') return -1;
-            c->p++;
-            if (skip(c, depth + 1) < 0) return -1;
-            ws(c);
-            if (c->p >= c->end) return -1;
-            if (*c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if (*c->p == '}') {
-                c->p++;
-                return 0;
-            }
-            return -1;
-        }
+    case '{': return members(c, skip_member, &depth);
     case '[':
-        c->p++;
-        ws(c);
-        if (c->p < c->end && *c->p == ']') {
-            c->p++;
-            return 0;
-        }
-        for (;;) {
-            if (skip(c, depth + 1) < 0) return -1;
-            ws(c);
-            if (c->p >= c->end) return -1;
-            if (*c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if (*c->p == ']') {
-                c->p++;
-                return 0;
-            }
-            return -1;
-        }
+        if (opened(c, ']')) return 0;
+        if (skip(c, depth + 1) < 0) return -1;
+        return rest_of_array(c, depth);
     case 't': return literal(c, "true", 4);
     case 'f': return literal(c, "false", 5);
     case 'n': return literal(c, "null", 4);
     default: return number(c, &integer, &v, &exact);
-    }
-}
-
-/* The members of an object at c->p ('{'): calls member(key, keylen, state) for each, positioned
- * at its value, which the callback must read or skip. Keys with escapes or non-ASCII: -1. */
-typedef int (*member_fn)(Cur *c, const unsigned char *key, Py_ssize_t n, void *state);
-
-static int members(Cur *c, member_fn member, void *state) {
-    const unsigned char *key;
-    Py_ssize_t n;
-    int escaped, wide;
-    c->p++;
-    ws(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-        return 0;
-    }
-    for (;;) {
-        ws(c);
-        if (c->p >= c->end || *c->p != '"' || string_raw(c, &key, &n, &escaped, &wide) < 0 || escaped || wide)
-            return -1;
-        ws(c);
-        if (c->p >= c->end || *c->p != ':') return -1;
-        c->p++;
-        ws(c);
-        if (c->p >= c->end || member(c, key, n, state) < 0) return -1;
-        ws(c);
-        if (c->p >= c->end) return -1;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == '}') {
-            c->p++;
-            return 0;
-        }
-        return -1;
     }
 }
 
@@ -431,26 +415,11 @@ static int top_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *stat
         if (*c->p == 'n') return literal(c, "null", 4);
         if (*c->p != '[') return -1;
         sc->choices_list = 1;
-        c->p++;
-        ws(c);
-        if (c->p < c->end && *c->p == ']') {
-            c->p++;
-            return 0;
-        }
+        if (opened(c, ']')) return 0;
         sc->has_choices = 1;
         ws(c);
         if (c->p >= c->end || *c->p != '{' || members(c, choice_member, sc) < 0) return -1;
-        for (;;) {
-            ws(c);
-            if (c->p >= c->end) return -1;
-            if (*c->p == ']') {
-                c->p++;
-                return 0;
-            }
-            if (*c->p != ',') return -1;
-            c->p++;
-            if (skip(c, 2) < 0) return -1;
-        }
+        return rest_of_array(c, 1);
     }
     if (KEY("usage")) {
         if (sc->usage_seen) return -1;

@@ -6,7 +6,9 @@ Python reading alone: the same tokens at the same times, the same outcome."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
@@ -19,20 +21,14 @@ from loadgen.load.stream import StreamState
 from tests.unit.load.test_chunkscan import COMMON, needs_compiled
 from tests.unit.load.test_stream_property import event as odd_event
 
-HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-
-
-class Transport:
-    def write(self, data: bytes) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return default
-
-    def abort(self) -> None:
-        pass
-
-    close = abort
+# the read path's benchmark feeds a connection as these tests do: its answer's head, its HTTP
+# chunks and its transport that writes nowhere
+_spec = importlib.util.spec_from_file_location("read_path", Path(__file__).parents[3] / "benchmarks" / "read_path.py")
+assert _spec is not None
+assert _spec.loader is not None
+read_path = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(read_path)
+HEAD, Transport, chunked = read_path.HEAD, read_path.Transport, read_path.chunked
 
 
 def token(i: int, usage: bool) -> bytes:
@@ -90,10 +86,6 @@ def python_alone(reads: list[bytes], max_tokens: int = 64) -> tuple:
         patch.setattr(connection, "whole_events", None)
         patch.setattr(stream, "parse_chunk", sse.read_chunk)
         return read_answer(reads, max_tokens)
-
-
-def chunked(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 @needs_compiled
