@@ -161,8 +161,8 @@ done:
 }
 
 /* A number read as JSON writes one; *integer: it has no fraction or exponent; *value: its value
- * where it is an integer of at most 18 digits (*exact set). -1: not a number. */
-static int number(Cur *c, int *integer, long long *value, int *exact) {
+ * (an integer has at most 18 digits: a longer number is left to the Python side). -1: not a number. */
+static int number(Cur *c, int *integer, long long *value) {
     const unsigned char *p = c->p, *end = c->end;
     int negative = 0, digits = 0;
     long long v = 0;
@@ -202,7 +202,6 @@ static int number(Cur *c, int *integer, long long *value, int *exact) {
         if (exp_digits > 2) return -1;
     }
     if (digits > 18 || (p - c->p) > 40) return -1;
-    *exact = *integer;
     *value = negative ? -v : v;
     c->p = p;
     return 0;
@@ -282,7 +281,7 @@ static int rest_of_array(Cur *c, int depth) {
 static int skip(Cur *c, int depth) {
     const unsigned char *s;
     Py_ssize_t n;
-    int escaped, wide, integer, exact;
+    int escaped, wide, integer;
     long long v;
     if (depth > MAX_DEPTH) return -1;
     ws(c);
@@ -299,7 +298,7 @@ static int skip(Cur *c, int depth) {
     case 't': return literal(c, "true", 4);
     case 'f': return literal(c, "false", 5);
     case 'n': return literal(c, "null", 4);
-    default: return number(c, &integer, &v, &exact);
+    default: return number(c, &integer, &v);
     }
 }
 
@@ -362,8 +361,8 @@ static int details_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *
         if (sc->cached_seen) return -1;
         sc->cached_seen = 1;
         if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) {
-            int integer, exact;
-            if (number(c, &integer, &sc->cached, &exact) < 0) return -1;
+            int integer;
+            if (number(c, &integer, &sc->cached) < 0) return -1;
             sc->cached_set = integer; /* (a fraction is no count) */
             return 0;
         }
@@ -374,11 +373,11 @@ static int details_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *
 
 /* a usage count, once: an integer from 0 to MAX_USAGE_TOKENS, or null; anything else: -1 */
 static int count(Cur *c, long long *value, int *seen, int *set) {
-    int integer, exact;
+    int integer;
     if (*seen) return -1;
     *seen = 1;
     if (*c->p == 'n') return literal(c, "null", 4);
-    if (number(c, &integer, value, &exact) < 0 || !integer || *value < 0 || *value > MAX_USAGE_TOKENS) return -1;
+    if (number(c, &integer, value) < 0 || !integer || *value < 0 || *value > MAX_USAGE_TOKENS) return -1;
     *set = 1;
     return 0;
 }

@@ -92,6 +92,7 @@ class Connection(asyncio.Protocol):
         # a chunked event stream whose HTTP parser stands between two chunks: a read of whole
         # chunks of one whole event each may then be read by the compiled reading alone
         self._chunked = False
+        self._fast = False  # the answer is such a stream (its headers said so) and the compiled reading is built
         self._between = False  # the parser's last step was a chunk's end (or the headers' end)
         self._boundary = False  # ... and the last read ended there
 
@@ -197,13 +198,13 @@ class Connection(asyncio.Protocol):
         if status >= 400 or ex.collect or status != 200 or self._html:
             ex.body = []
         else:
-            self._between = self._chunked and whole_events is not None
+            self._fast = self._between = self._chunked and whole_events is not None
 
     def on_chunk_header(self) -> None:
         self._between = False
 
     def on_chunk_complete(self) -> None:
-        self._between = self._chunked and whole_events is not None and self.ex is not None and self.ex.body is None
+        self._between = self._fast
 
     def on_header(self, name: bytes, value: bytes) -> None:
         lower = name.lower()
@@ -263,7 +264,7 @@ class Connection(asyncio.Protocol):
         self.reusable = False
         self._until_close = True  # until a length or chunked encoding says otherwise
         self._html = False
-        self._chunked = self._between = self._boundary = False
+        self._chunked = self._fast = self._between = self._boundary = False
         self._parser = httptools.HttpResponseParser(self)
         assert self.transport is not None
         ex.st.sent_ns = ex.last_ns = time.perf_counter_ns()
