@@ -10,7 +10,8 @@ the kernel's share of a real read (``recvmsg``) is not in it: ``client_capacity.
 whole client against a server. Then the kernel's part of one stamped read in this process, with
 the client's buffer and with a 256 KiB one (past glibc's first threshold for mapping memory: in
 a bare Python process each read of that size mapped and unmapped its buffer, 21 against 8 µs;
-here the two cost the same), and the progress bar's cost per finished request (its live
+here the two cost the same), a read of 64 ready sockets by the kernel clock's poller (the
+compiled reading of the sockets and the Python one), and the progress bar's cost per finished request (its live
 tokens/s) over 30 s at C=1024, and its longest single call (the loop does nothing else meanwhile).
 
     python benchmarks/read_path.py [--tokens 256] [--per-read 1,4] [--answers 2000]
@@ -151,6 +152,57 @@ def kernel_read_cost(size: int, rounds: int = 30_000) -> float:
             return min(timeit.repeat(one, number=rounds, repeat=3)) / rounds * 1e6
 
 
+def ready_reads_cost(compiled: bool, sockets: int = 64, rounds: int = 2_000) -> float:
+    """µs a read for the kernel clock's poller to read ``sockets`` ready sockets (300 bytes each, on
+    TCP loopback) and hand each read to its protocol: with the compiled reading of the sockets
+    (``_chunkscan.drain``) or the Python one (``recvmsg`` a socket). The sends are not counted."""
+    import socket
+
+    from loadgen.load import stamped
+
+    class Protocol:
+        def connection_made(self, transport: object) -> None:
+            pass
+
+        def stamped(self, data: bytes, arrived: int, handled: int) -> None:
+            pass
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            pass
+
+    loop = asyncio.new_event_loop()
+    saved = stamped.DRAIN
+    stamped.DRAIN = saved if compiled else None
+    poller = stamped.StampedPoller(loop)
+    peers, ours = [], []
+    try:
+        with socket.create_server(("127.0.0.1", 0), backlog=sockets) as server:
+            for _ in range(sockets):
+                sock = socket.create_connection(server.getsockname())
+                sock.setblocking(False)
+                ours.append(stamped.StampedTransport(poller, sock, Protocol()))
+                peer = server.accept()[0]
+                peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                peers.append(peer)
+        message = b"x" * 300
+        spent = 0
+        for _ in range(rounds):
+            for peer in peers:
+                peer.send(message)
+            start = time.perf_counter_ns()
+            poller._ready()
+            spent += time.perf_counter_ns() - start
+        return spent / rounds / sockets / 1e3
+    finally:
+        stamped.DRAIN = saved
+        for transport in ours:
+            transport.close()
+        for peer in peers:
+            peer.close()
+        poller.close()
+        loop.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=256, help="tokens per answer")
@@ -168,6 +220,12 @@ def main() -> None:
 
     print(f"\na send and a stamped read of 300 bytes on TCP loopback: {kernel_read_cost(READ_BYTES):.1f} µs with "
           f"the client's {READ_BYTES >> 10} KiB buffer, {kernel_read_cost(256 << 10):.1f} µs with a 256 KiB one")
+    from loadgen.load.stamped import DRAIN
+
+    python_reads = min(ready_reads_cost(False) for _ in range(args.repeat))
+    compiled_reads = f"{min(ready_reads_cost(True) for _ in range(args.repeat)):.2f} µs" if DRAIN else "not built"
+    print(f"64 ready sockets read by the kernel clock's poller, a read each: {python_reads:.2f} µs a read with the "
+          f"Python reading, {compiled_reads} with the compiled one (the sends not counted)")
     cost, longest = live_rate_cost(1024, 30.0, args.tokens)
     print(f"\nthe progress bar's live tokens/s, a 30 s run at C=1024: {cost:.1f} µs per record, "
           f"its longest call {longest:.2f} ms")

@@ -8,10 +8,18 @@
  * does not read exactly, non-ASCII outside the text. The two must agree on every input the
  * compiled one answers: tests/unit/load/test_chunkscan.py holds it to that.
  * ``scan(data)`` is the compiled part alone (None: it would fall back).
+ * ``events(read)`` reads a read of whole events at once; ``drain(epfd, offset, transports)`` (Linux)
+ * reads every ready socket of the kernel clock's epoll set with its receive stamp.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#ifdef __linux__
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#endif
 
 #define MAX_DEPTH 64
 #define MAX_USAGE_TOKENS (1LL << 30)
@@ -585,6 +593,93 @@ static PyObject *scan(PyObject *self, PyObject *data) {
     Py_RETURN_NONE;
 }
 
+#ifdef __linux__
+/* as loadgen.load.stamped reads: at most this much a read, at most this many sockets a wake-up
+ * (select.epoll's own bound) */
+#define READ_BYTES (64 * 1024)
+#define MAX_READY 1023
+static unsigned char read_buffer[READ_BYTES];
+
+/* ``drain(epfd, offset, transports)``: every ready socket of the epoll set ``epfd`` that
+ * ``transports`` (fd -> transport) holds, read once with ``recvmsg`` and its SO_TIMESTAMPNS stamp,
+ * as a list of (transport, bytes or an error number, the stamp on the monotonic clock in ns, or -1
+ * where none came). ``offset``: the wall clock less the monotonic one, in ns. Empty bytes: the peer
+ * closed. A socket with nothing to read (EAGAIN) is left out. The transports are looked up before
+ * their reads, so a read always belongs to the socket its transport holds. */
+static PyObject *drain(PyObject *self, PyObject *args) {
+    int epfd;
+    long long offset;
+    PyObject *transports;
+    if (!PyArg_ParseTuple(args, "iLO!", &epfd, &offset, &PyDict_Type, &transports)) return NULL;
+    struct epoll_event ready[MAX_READY];
+    int n = epoll_wait(epfd, ready, MAX_READY, 0);
+    if (n < 0) {
+        if (errno != EINTR) return PyErr_SetFromErrno(PyExc_OSError);
+        n = 0;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    union {
+        char space[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    for (int i = 0; i < n; i++) {
+        int fd = ready[i].data.fd;
+        PyObject *key = PyLong_FromLong(fd);
+        if (key == NULL) goto failed;
+        PyObject *transport = PyDict_GetItemWithError(transports, key);
+        Py_DECREF(key);
+        if (transport == NULL) {
+            if (PyErr_Occurred()) goto failed;
+            continue;
+        }
+        struct iovec iov = {read_buffer, READ_BYTES};
+        struct msghdr msg = {0};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.space;
+        msg.msg_controllen = sizeof control.space;
+        ssize_t got = recvmsg(fd, &msg, 0);
+        long long arrived = -1;
+        PyObject *data;
+        if (got < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+            data = PyLong_FromLong(errno);
+        } else {
+            for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPNS &&
+                    c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+                    struct timespec stamp;
+                    memcpy(&stamp, CMSG_DATA(c), sizeof stamp);
+                    arrived = (long long)stamp.tv_sec * 1000000000LL + stamp.tv_nsec - offset;
+                    break;
+                }
+            }
+            data = PyBytes_FromStringAndSize((const char *)read_buffer, got);
+        }
+        if (data == NULL) goto failed;
+        PyObject *stamp = PyLong_FromLongLong(arrived);
+        PyObject *item = PyTuple_New(3);
+        if (stamp == NULL || item == NULL) {
+            Py_DECREF(data);
+            Py_XDECREF(stamp);
+            Py_XDECREF(item);
+            goto failed;
+        }
+        PyTuple_SET_ITEM(item, 0, Py_NewRef(transport));
+        PyTuple_SET_ITEM(item, 1, data);
+        PyTuple_SET_ITEM(item, 2, stamp);
+        int appended = PyList_Append(out, item);
+        Py_DECREF(item);
+        if (appended) goto failed;
+    }
+    return out;
+failed:
+    Py_DECREF(out);
+    return NULL;
+}
+#endif
+
 static PyMethodDef parse_def = {"parse_chunk", parse_chunk, METH_O,
                                 "A streamed chunk's Chunk (the compiled reading, else the Python one)."};
 
@@ -607,6 +702,11 @@ static PyMethodDef methods[] = {
     {"events", events, METH_O,
      "events(read) -> list or None: a read of whole HTTP chunks of one whole event each, as its Chunks (None: "
      "[DONE]); None where the read is otherwise."},
+#ifdef __linux__
+    {"drain", drain, METH_VARARGS,
+     "drain(epfd, offset, transports) -> list of (transport, bytes or errno, arrived ns or -1): every ready "
+     "socket of the set read once with its receive stamp."},
+#endif
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from types import ModuleType
 from typing import NamedTuple
 
 import orjson
@@ -317,27 +318,30 @@ def _tool_pieces(calls: object, data: bytes) -> tuple[tuple[int, str, str, str],
     return tuple(pieces)
 
 
-# set to "python": the Python reading alone, even where the compiled one was built
+# set to "python": the Python reading alone (chunks and sockets), even where the compiled one was built
 CHUNK_READER_ENV = "LOADGEN_CHUNK_READER"
 
 
 WholeEvents = Callable[[bytes], "list[Chunk | None] | None"]
 
 
-def _compiled_reading() -> tuple[Callable[[bytes], Chunk], WholeEvents] | None:
-    """The compiled reading (``_chunkscan.c``, built at install where a C compiler is found):
-    ``parse_chunk``, the common chunk read straight from its bytes and every other one passed to
-    ``read_chunk``, and ``whole_events``; None where it was not built or is set aside."""
+def _compiled_module() -> ModuleType | None:
+    """``_chunkscan.c``, built at install where a C compiler is found; None where it was not
+    built or is set aside."""
     if os.environ.get(CHUNK_READER_ENV) == "python":
         return None
     try:
         from loadgen.load import _chunkscan
     except ImportError:
         return None
-    return _chunkscan.configure(Chunk, read_chunk), _chunkscan.events
+    return _chunkscan
 
 
-_compiled = _compiled_reading()
+# the compiled reading's module (its ``drain`` reads the kernel clock's sockets: stamped.py)
+COMPILED = _compiled_module()
+# ``parse_chunk``, the common chunk read straight from its bytes and every other one passed to
+# ``read_chunk``, and ``whole_events``
+_compiled = (COMPILED.configure(Chunk, read_chunk), COMPILED.events) if COMPILED is not None else None
 # one chunk's reading, once per token: compiled where built (about 1.5 us a token less), else Python
 parse_chunk: Callable[[bytes], Chunk] = _compiled[0] if _compiled else read_chunk
 # a read of whole HTTP chunks of one whole "data: " event each, read at once: its Chunks (None for

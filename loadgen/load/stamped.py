@@ -19,13 +19,16 @@ option use the loop's clock, and the run says which clock it used.
 The sockets are watched by an epoll set of their own (``StampedPoller``), itself watched by the
 event loop: one wake-up hands over every ready socket, and a socket's error (a reset) is a
 readable event whose read raises it, where uvloop's own watch of a socket would drop the watch
-and never call back.
+and never call back. Where the compiled reading was built, one call reads every ready socket
+(``_chunkscan.drain``) and each read is handed to its transport (``took``); else each transport
+reads its own socket (``readable``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import select
 import socket
 import struct
@@ -33,6 +36,8 @@ import sys
 import time
 from collections import deque
 from typing import Any
+
+from loadgen.load.sse import COMPILED
 
 # Linux's value where Python does not name it (SO_TIMESTAMPNS_OLD: a struct timespec of longs)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -43,6 +48,10 @@ ANCILLARY = socket.CMSG_SPACE(TIMESPEC.size)
 # unmapped at each read (21 us against 8 us for a send and a read of 300 bytes); in loadgen's own
 # process both sizes cost the same (benchmarks/read_path.py), and this one is never the worse
 READ_BYTES = 64 * 1024
+# the compiled reading of the ready sockets (``_chunkscan.c``: the same reads, 4.7-4.8 against
+# 5.9-6.0 us a read in benchmarks/read_path.py); None where it was not built or is set aside
+# (``LOADGEN_CHUNK_READER=python``)
+DRAIN = getattr(COMPILED, "drain", None)
 
 Clock = str  # "kernel" or "loop"
 
@@ -78,6 +87,10 @@ class StampedPoller:
         # read once a wake-up rather than once a read
         offset = time.time_ns() - time.perf_counter_ns()
         transports = self._transports
+        if DRAIN is not None:  # every ready socket read in compiled code, then handed over
+            for transport, data, arrived in DRAIN(self._epoll.fileno(), offset, transports):
+                transport.took(data, arrived)
+            return
         for fd, _ in self._epoll.poll(0):
             transport = transports.get(fd)
             if transport is not None:
@@ -121,20 +134,31 @@ class StampedTransport:
         except OSError as exc:
             self._lost(exc)
             return
+        arrived = -1
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
+                sec, nsec = TIMESPEC.unpack_from(value)
+                arrived = sec * 1_000_000_000 + nsec - offset
+                break
+        self.took(data, arrived)
+
+    def took(self, data: bytes | int, arrived: int) -> None:
+        """A read's outcome: its bytes (empty: the peer closed) or an error number, and the kernel's
+        stamp on the monotonic clock in ns (-1: none came)."""
+        if self._protocol is None:  # lost meanwhile (a read handed over with others)
+            return
+        if data.__class__ is int:
+            self._lost(OSError(data, os.strerror(data)))
+            return
         handled = time.perf_counter_ns()
         if not data:
             self._poller.forget(self._fd)
             self._protocol.eof_received()
             self._lost(None)
             return
-        arrived = handled
-        for level, kind, value in ancillary:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
-                sec, nsec = TIMESPEC.unpack_from(value)
-                arrived = sec * 1_000_000_000 + nsec - offset
-                break
-        else:
+        if arrived < 0:
             self.unstamped += 1
+            arrived = handled
         self._protocol.stamped(data, min(arrived, handled), handled)
 
     def write(self, data: bytes) -> None:

@@ -4,10 +4,15 @@ must pass on to it; the chunks servers send a token at a time must be the ones i
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import select
 import shutil
+import socket
+import struct
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,7 @@ from hypothesis import strategies as st
 
 from loadgen.load import sse
 from loadgen.load.sse import MalformedChunk, read_chunk
+from loadgen.load.stamped import SO_TIMESTAMPNS
 
 COMPILER = shutil.which(os.environ.get("CC", "cc")) is not None
 HEADERS = (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
@@ -197,3 +203,49 @@ def test_the_compiled_reading_agrees_with_the_python_one_on_any_chunk(data: byte
     chunk = scan(data)
     if chunk is not None:
         assert expected == ("chunk", "Chunk", tuple(chunk))
+
+
+@needs_compiled
+def test_the_compiled_reading_of_sockets_takes_the_given_ones_each_once_with_its_stamp() -> None:
+    # (the kernel clock's poller reads its ready sockets with it: tests/unit/load/test_stamped.py
+    # runs the transport on it and on the Python reading)
+    from loadgen.load import _chunkscan
+
+    server = socket.create_server(("127.0.0.1", 0))
+    ours, peers = [], []
+    epoll = select.epoll()
+    for _ in range(2):
+        sock = socket.create_connection(server.getsockname())
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        sock.setblocking(False)
+        epoll.register(sock.fileno(), select.EPOLLIN)
+        ours.append(sock)
+        peers.append(server.accept()[0])
+    a, b = ours
+    sent = time.perf_counter_ns()
+    peers[0].sendall(b"to a")
+    peers[1].sendall(b"to b")
+    deadline = time.monotonic() + 5
+    while len(epoll.poll(0.1)) < 2 and time.monotonic() < deadline:
+        pass
+
+    def drain(transports: dict[int, str]) -> list[tuple[str, bytes | int, int]]:
+        return _chunkscan.drain(epoll.fileno(), time.time_ns() - time.perf_counter_ns(), transports)
+
+    # a socket the dict does not hold is not read: its bytes wait for whoever holds it
+    got = drain({a.fileno(): "A"})
+    assert [(t, d) for t, d, _ in got] == [("A", b"to a")]
+    assert sent - 1_000_000 <= got[0][2] <= time.perf_counter_ns()  # (1 ms: the two clocks' offset read apart)
+    assert b.recv(100) == b"to b"
+    assert drain({a.fileno(): "A", b.fileno(): "B"}) == []  # nothing left to read
+    # the peer's close: empty bytes; a reset: its error number
+    peers[0].close()
+    peers[1].setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    peers[1].close()
+    while len(epoll.poll(0.1)) < 2 and time.monotonic() < deadline:
+        pass
+    got = sorted(drain({a.fileno(): "A", b.fileno(): "B"}))
+    assert [(t, d) for t, d, _ in got] == [("A", b""), ("B", errno.ECONNRESET)]
+    for sock in (a, b, server):
+        sock.close()
+    epoll.close()

@@ -1,6 +1,8 @@
 """The kernel-stamped transport on its own, against a plain TCP server on loopback: a body far
 larger than the socket's buffer goes out whole, each read comes with a stamp no later than its
-handling (and as old as the bytes), and the server's close is an end of file, then a loss."""
+handling (and as old as the bytes), and the server's close is an end of file, then a loss. Each
+test runs on both readings of the ready sockets: the compiled one (``_chunkscan.drain``) and the
+Python one."""
 
 from __future__ import annotations
 
@@ -13,7 +15,21 @@ from typing import Any
 
 import pytest
 
+from loadgen.load import stamped
 from loadgen.load.stamped import StampedPoller, StampedTransport, open_stamped
+from tests.unit.load.test_chunkscan import needs_compiled
+
+
+@pytest.fixture(autouse=True, params=[pytest.param("compiled", marks=needs_compiled), "python"])
+def reading(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which code reads the ready sockets (set here, whatever ``LOADGEN_CHUNK_READER`` says)."""
+    if request.param == "compiled":
+        from loadgen.load import _chunkscan
+
+        monkeypatch.setattr(stamped, "DRAIN", _chunkscan.drain)
+    else:
+        monkeypatch.setattr(stamped, "DRAIN", None)
+    return str(request.param)
 
 
 class Recorder:
@@ -153,3 +169,4 @@ def test_a_connection_whose_close_is_not_yet_handed_over_is_not_reused() -> None
         server.close()
 
     asyncio.run(main())
+
