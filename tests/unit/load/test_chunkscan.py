@@ -48,6 +48,12 @@ def scan(data: bytes):
 def test_the_compiled_reading_is_built_where_a_compiler_is() -> None:
     # (built at install by `pip install -e .`; optional, so a failed build would go unnoticed)
     assert sse.CHUNK_READER == "compiled", "reinstall loadgen (`pip install -e .`): the C reading was not built"
+    # a checkout's C file edited since the build: the tests would run the old code
+    assert sse.COMPILED is not None
+    assert sse.COMPILED.__file__ is not None
+    built, source = Path(sse.COMPILED.__file__), Path(sse.__file__).with_name("_chunkscan.c")
+    assert not source.exists() or source.stat().st_mtime <= built.stat().st_mtime, \
+        f"{source} changed after {built.name} was built: reinstall loadgen (`pip install -e .`)"
 
 
 # what servers send a token at a time, as they write it (field order and extras included)
