@@ -35,8 +35,12 @@ def test_repeats_hold_the_truth_and_two_runs_of_one_server_overlap(start_sim: St
         assert " ± " in result.output
     for figures in groups:
         tpot = figures["tpot_s.p50"]
-        # the truth: the simulator's 10 ms between tokens (its jitter's median factor is 1)
-        assert tpot["mean"] - tpot["half_width"] <= 0.010 <= tpot["mean"] + tpot["half_width"], tpot
+        # the truth: the simulator's 10 ms between tokens, times a normal draw of mean 1 and 0.1 per
+        # request. A repeat's p50 over 24 requests varies by about 1.2533 x 0.1 x 10 ms / sqrt(24)
+        # = 0.26 ms, the mean of 5 repeats by 0.11 ms: 0.45 ms is four of those. (Whether the 95%
+        # interval holds 10 ms is a matter of the seeded draws: with these it lands on its edge,
+        # its upper end 9.998 and 10.000 ms in two runs, and a check of it failed in one.)
+        assert abs(tpot["mean"] - 0.010) < 0.00045, tpot
         # the interval is Student's t over the 5 values: 2.776 x s / sqrt(5)
         values = tpot["values"]
         mean = sum(values) / 5
