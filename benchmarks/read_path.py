@@ -11,8 +11,9 @@ whole client against a server. Then the kernel's part of one stamped read in thi
 the client's buffer and with a 256 KiB one (past glibc's first threshold for mapping memory: in
 a bare Python process each read of that size mapped and unmapped its buffer, 21 against 8 µs;
 here the two cost the same), a read of 64 ready sockets by the kernel clock's poller (the
-compiled reading of the sockets and the Python one), and the progress bar's cost per finished request (its live
-tokens/s) over 30 s at C=1024, and its longest single call (the loop does nothing else meanwhile).
+compiled reading of the sockets and the Python one), and the progress bar's cost per finished
+request (its live tokens/s) over 30 s at C=1024, and its longest single call (the loop does
+nothing else meanwhile).
 
     python benchmarks/read_path.py [--tokens 256] [--per-read 1,4] [--answers 2000]
 

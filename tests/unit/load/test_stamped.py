@@ -169,4 +169,3 @@ def test_a_connection_whose_close_is_not_yet_handed_over_is_not_reused() -> None
         server.close()
 
     asyncio.run(main())
-
