@@ -8,12 +8,14 @@
  * does not read exactly, non-ASCII outside the text. The two must agree on every input the
  * compiled one answers: tests/unit/load/test_chunkscan.py holds it to that.
  * ``scan(data)`` is the compiled part alone (None: it would fall back).
- * ``events(read)`` reads a read of whole events at once; ``drain(epfd, offset, transports)`` (Linux)
+ * ``events(read)`` reads a read of whole events at once; ``tokens(stream_type, parser_type)`` returns
+ * ``take(read, state, t)``, which takes such a read of plain tokens into a StreamState; ``drain(epfd, offset, transports)`` (Linux)
  * reads every ready socket of the kernel clock's epoll set with its receive stamp.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#include "structmember.h"
 #ifdef __linux__
 #include <errno.h>
 #include <sys/epoll.h>
@@ -443,26 +445,37 @@ static PyObject *int_or_none(int set, long long v) {
     Py_RETURN_NONE;
 }
 
+/* A chunk's fields read into *sc: 0, or -1 where the Python side must read it (an exception is set
+ * only where memory ran out). */
+static int scan_event(const unsigned char *start, Py_ssize_t size, Scan *sc) {
+    memset(sc, 0, sizeof(*sc));
+    sc->content.kind = sc->text.kind = sc->finish.kind = -1;
+    Cur c = {start, start + size};
+    ws(&c);
+    if (c.p >= c.end || *c.p != '{' || members(&c, top_member, sc) < 0) return -1;
+    ws(&c);
+    if (c.p != c.end) return -1;
+    if (!sc->choices_list && !sc->usage_seen) return -1; /* neither: malformed, said by the Python side */
+    if (sc->delta_object && sc->text.kind == 1 && sc->text.wide) {
+        /* the choice's text, not read, must still be UTF-8 for the chunk to be JSON */
+        PyObject *unread = string_value(sc->text.s, sc->text.len, sc->text.escaped, 1);
+        if (unread == NULL) return -1;
+        Py_DECREF(unread);
+    }
+    return 0;
+}
+
+/* the choice's text: delta.content where the delta is an object, else its "text" */
+static inline Field *chosen_text(Scan *sc) {
+    return sc->delta_object ? &sc->content : &sc->text;
+}
+
 /* The Chunk, NULL with no exception set where the Python side must read it. */
 static PyObject *scan_bytes(const unsigned char *start, Py_ssize_t size) {
     Scan sc;
-    memset(&sc, 0, sizeof(sc));
-    sc.content.kind = sc.text.kind = sc.finish.kind = -1;
-    Cur c = {start, start + size};
-    ws(&c);
-    if (c.p >= c.end || *c.p != '{' || members(&c, top_member, &sc) < 0) return NULL;
-    ws(&c);
-    if (c.p != c.end) return NULL;
-    if (!sc.choices_list && !sc.usage_seen) return NULL; /* neither: malformed, said by the Python side */
-    /* the choice's text: delta.content where the delta is an object, else its "text" */
+    if (scan_event(start, size, &sc) < 0) return NULL;
     PyObject *text, *finish, *completion, *prompt, *cached, *out;
-    Field *chosen = sc.delta_object ? &sc.content : &sc.text;
-    if (sc.delta_object && sc.text.kind == 1 && sc.text.wide) {
-        /* the choice's text, not read, must still be UTF-8 for the chunk to be JSON */
-        PyObject *unread = string_value(sc.text.s, sc.text.len, sc.text.escaped, 1);
-        if (unread == NULL) return NULL;
-        Py_DECREF(unread);
-    }
+    Field *chosen = chosen_text(&sc);
     if (sc.has_choices && chosen->kind == 1) {
         text = string_value(chosen->s, chosen->len, chosen->escaped, chosen->wide);
         if (text == NULL) return NULL;
@@ -515,6 +528,43 @@ static PyObject *scan_chunk(PyObject *data) {
  * a bigger one goes to it) */
 #define MAX_FAST_EVENT (1 << 20)
 
+/* The next HTTP chunk of a read at *at, if it is whole and one whole SSE event of one "data: " line:
+ * 1 with *event and *size its payload ("data: " and the blank line included), 0 at the read's end,
+ * -1 where the read is otherwise (a chunk cut by the read, an extension, the last chunk, another
+ * shape). */
+static int next_event(const unsigned char **at, const unsigned char *end, const unsigned char **event,
+                      size_t *size_out) {
+    const unsigned char *p = *at;
+    if (p >= end) return 0;
+    size_t size = 0;
+    int digits = 0;
+    for (; p < end; p++, digits++) {
+        unsigned char ch = *p;
+        unsigned v;
+        if (ch >= '0' && ch <= '9') v = ch - '0';
+        else if (ch >= 'a' && ch <= 'f') v = ch - 'a' + 10;
+        else if (ch >= 'A' && ch <= 'F') v = ch - 'A' + 10;
+        else break;
+        size = size * 16 + v;
+        if (digits > 8) return -1;
+    }
+    if (digits == 0 || size < 8 || size > MAX_FAST_EVENT || end - p < 2 || p[0] != '\r' || p[1] != '\n') return -1;
+    p += 2;
+    if ((size_t)(end - p) < size + 2 || p[size] != '\r' || p[size + 1] != '\n') return -1;
+    const unsigned char *e = p;
+    if (memcmp(e, "data: ", 6) != 0 || e[size - 2] != '\n' || e[size - 1] != '\n' ||
+        memchr(e + 6, '\n', size - 8) != NULL || memchr(e, '\r', size) != NULL)
+        return -1;
+    *at = p + size + 2;
+    *event = e;
+    *size_out = size;
+    return 1;
+}
+
+static inline int is_done(const unsigned char *event, size_t size) {
+    return size == 14 && memcmp(event + 6, "[DONE]", 6) == 0;
+}
+
 /* ``events(read)``: a read of a chunked event stream that is whole HTTP chunks, each one whole SSE
  * event of one "data: " line (what servers send a token at a time), as the list of its events:
  * a Chunk each, None for [DONE]. None where any part is otherwise (a chunk cut by the read, an
@@ -530,29 +580,12 @@ static PyObject *events(PyObject *self, PyObject *data) {
     const unsigned char *end = p + PyBytes_GET_SIZE(data);
     PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;
-    while (p < end) {
-        size_t size = 0;
-        int digits = 0;
-        for (; p < end; p++, digits++) {
-            unsigned char ch = *p;
-            unsigned v;
-            if (ch >= '0' && ch <= '9') v = ch - '0';
-            else if (ch >= 'a' && ch <= 'f') v = ch - 'a' + 10;
-            else if (ch >= 'A' && ch <= 'F') v = ch - 'A' + 10;
-            else break;
-            size = size * 16 + v;
-            if (digits > 8) goto pass;
-        }
-        if (digits == 0 || size < 8 || size > MAX_FAST_EVENT || end - p < 2 || p[0] != '\r' || p[1] != '\n') goto pass;
-        p += 2;
-        if ((size_t)(end - p) < size + 2 || p[size] != '\r' || p[size + 1] != '\n') goto pass;
-        const unsigned char *event = p;
-        p += size + 2;
-        if (memcmp(event, "data: ", 6) != 0 || event[size - 2] != '\n' || event[size - 1] != '\n' ||
-            memchr(event + 6, '\n', size - 8) != NULL || memchr(event, '\r', size) != NULL)
-            goto pass;
+    const unsigned char *event;
+    size_t size;
+    int found;
+    while ((found = next_event(&p, end, &event, &size)) == 1) {
         PyObject *item;
-        if (size == 14 && memcmp(event + 6, "[DONE]", 6) == 0) {
+        if (is_done(event, size)) {
             item = Py_NewRef(Py_None);
         } else {
             item = scan_bytes(event + 6, (Py_ssize_t)size - 8);
@@ -571,10 +604,195 @@ static PyObject *events(PyObject *self, PyObject *data) {
             return NULL;
         }
     }
-    if (PyList_GET_SIZE(out) > 0) return out;
+    if (found == 0 && PyList_GET_SIZE(out) > 0) return out;
 pass:
     Py_DECREF(out);
     Py_RETURN_NONE;
+}
+
+/* StreamState's and SSEParser's slots that ``take`` reads and sets, found by ``tokens()`` */
+enum {
+    S_OUTCOME, S_WHOLE, S_ANSWER, S_FINAL, S_PARSER, S_CHUNK_NS, S_CHUNK_TOKENS, S_STREAMED, S_CUM,
+    S_USAGE, S_PROMPT, S_CACHED, S_LIMIT, S_SENT, S_FIRST_LIMIT, S_TOTAL_LIMIT, S_FIRST_ANSWER, S_COUNT
+};
+static const char *stream_slots[S_COUNT] = {
+    "outcome", "whole", "answer", "final", "parser", "chunk_ns", "chunk_tokens", "streamed", "cum_tokens",
+    "usage_completion", "prompt_tokens", "cached_tokens", "token_limit", "sent_ns", "first_limit_ns",
+    "total_limit_ns", "first_answer_ns"};
+enum { P_BUF, P_PARTS, P_DATA, P_COUNT };
+static const char *parser_slots[P_COUNT] = {"_buf", "_parts", "_data"};
+static Py_ssize_t stream_at[S_COUNT], parser_at[P_COUNT];
+static PyTypeObject *stream_type = NULL, *parser_type = NULL;
+
+#define SLOT(obj, at) (*(PyObject **)((char *)(obj) + (at)))
+/* the most token events one read takes in compiled code (a read with more goes to the Python side) */
+#define MAX_TAKE 512
+
+/* a slot that holds an int (*none: or None, where allowed); -1 where it holds anything else */
+static int int_slot(PyObject *obj, Py_ssize_t at, long long *value, int *none) {
+    PyObject *v = SLOT(obj, at);
+    if (v == NULL) return -1;
+    if (v == Py_None && none != NULL) {
+        *none = 1;
+        return 0;
+    }
+    if (!PyLong_CheckExact(v)) return -1;
+    int overflow;
+    *value = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (*value == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (none != NULL) *none = 0;
+    return 0;
+}
+
+static int set_int(PyObject *obj, Py_ssize_t at, long long value) {
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL) return -1;
+    Py_XSETREF(SLOT(obj, at), v);
+    return 0;
+}
+
+static int empty_list(PyObject *v) {
+    return v != NULL && PyList_CheckExact(v) && PyList_GET_SIZE(v) == 0;
+}
+
+/* ``take(read, state, t)``: a read of whole events (as ``events`` reads them) that are all plain
+ * tokens (a choice with no finish_reason; nothing of the answer kept; no usage past the stream's
+ * limit, no deadline passed) taken into the StreamState at ``t`` at once, as its ``take`` would
+ * take their Chunks: True. False, with the state untouched, where the read must go to the Python
+ * side: any other event or read, a state whose stream is decided, read whole, keeps its answer or
+ * has part of an event in its SSE parser. Every event is read and checked before anything is set. */
+static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "take(read, state, t)");
+        return NULL;
+    }
+    PyObject *data = args[0], *st = args[1], *stamp = args[2];
+    if (!PyBytes_CheckExact(data) || Py_TYPE(st) != stream_type || !PyLong_CheckExact(stamp)) Py_RETURN_FALSE;
+    long long t = PyLong_AsLongLong(stamp);
+    if (t == -1 && PyErr_Occurred()) return NULL;
+    if (SLOT(st, stream_at[S_OUTCOME]) != Py_None || SLOT(st, stream_at[S_WHOLE]) != Py_None ||
+        SLOT(st, stream_at[S_ANSWER]) != Py_None || SLOT(st, stream_at[S_FINAL]) != Py_False)
+        Py_RETURN_FALSE;
+    PyObject *parser = SLOT(st, stream_at[S_PARSER]);
+    if (parser == NULL || Py_TYPE(parser) != parser_type) Py_RETURN_FALSE;
+    PyObject *buf = SLOT(parser, parser_at[P_BUF]);
+    if (buf == NULL || !PyBytes_CheckExact(buf) || PyBytes_GET_SIZE(buf) != 0 ||
+        !empty_list(SLOT(parser, parser_at[P_PARTS])) || !empty_list(SLOT(parser, parser_at[P_DATA])))
+        Py_RETURN_FALSE;
+    PyObject *chunk_ns = SLOT(st, stream_at[S_CHUNK_NS]), *chunk_tokens = SLOT(st, stream_at[S_CHUNK_TOKENS]);
+    if (chunk_ns == NULL || chunk_tokens == NULL || !PyList_CheckExact(chunk_ns) || !PyList_CheckExact(chunk_tokens))
+        Py_RETURN_FALSE;
+    long long streamed, cum, limit = 0, sent, first_limit = 0, total_limit = 0, first_answer;
+    int limit_none, first_none, total_none, answer_none;
+    if (int_slot(st, stream_at[S_STREAMED], &streamed, NULL) < 0 || int_slot(st, stream_at[S_CUM], &cum, NULL) < 0 ||
+        int_slot(st, stream_at[S_SENT], &sent, NULL) < 0 ||
+        int_slot(st, stream_at[S_LIMIT], &limit, &limit_none) < 0 ||
+        int_slot(st, stream_at[S_FIRST_LIMIT], &first_limit, &first_none) < 0 ||
+        int_slot(st, stream_at[S_TOTAL_LIMIT], &total_limit, &total_none) < 0 ||
+        int_slot(st, stream_at[S_FIRST_ANSWER], &first_answer, &answer_none) < 0)
+        Py_RETURN_FALSE;
+    /* every event read and checked on copies of the counts */
+    long long added[MAX_TAKE], cum0 = cum, prompt = 0, completion = 0, cached = 0;
+    int count = 0, events_read = 0, prompt_set = 0, completion_set = 0, cached_set = 0;
+    int have_chunks = PyList_GET_SIZE(chunk_ns) > 0;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    const unsigned char *end = p + PyBytes_GET_SIZE(data), *event;
+    size_t size;
+    int found;
+    while ((found = next_event(&p, end, &event, &size)) == 1) {
+        Scan sc;
+        events_read++;
+        if (is_done(event, size) || scan_event(event + 6, (Py_ssize_t)size - 8, &sc) < 0) goto pass;
+        if (!sc.has_choices || sc.finish.kind == 1) goto pass;
+        Field *text = chosen_text(&sc);
+        if (text->kind == 1 && (text->escaped || text->wide)) {
+            PyObject *valid = string_value(text->s, text->len, text->escaped, text->wide);
+            if (valid == NULL) goto pass;
+            Py_DECREF(valid);
+        }
+        if (sc.prompt_set) {
+            prompt = sc.prompt;
+            prompt_set = 1;
+        }
+        if (sc.completion_set) {
+            if (!limit_none && sc.completion > limit) goto pass; /* usage beyond max_tokens */
+            completion = sc.completion;
+            completion_set = 1;
+        }
+        if (sc.cached_set) {
+            cached = sc.cached;
+            cached_set = 1;
+        }
+        long long n;
+        if (sc.completion_set && (cum > 0 || !have_chunks)) {
+            n = sc.completion - cum; /* cumulative usage: what this chunk carried */
+            cum = sc.completion;
+        } else {
+            n = (text->kind == 1 && text->len > 0) ? 1 : 0;
+        }
+        if (n > 0) {
+            long long waited = t - sent;
+            if ((!limit_none && streamed + n > limit) || (!have_chunks && !first_none && waited > first_limit) ||
+                (!total_none && waited > total_limit) || count == MAX_TAKE)
+                goto pass; /* an overrun or a deadline passed: said by the Python side */
+            added[count++] = n;
+            streamed += n;
+            have_chunks = 1;
+        }
+    }
+    if (found < 0 || events_read == 0) goto pass;
+    /* then set */
+    for (int i = 0; i < count; i++) {
+        PyObject *n = PyLong_FromLongLong(added[i]);
+        if (n == NULL) return NULL;
+        int failed = PyList_Append(chunk_tokens, n) || PyList_Append(chunk_ns, stamp);
+        Py_DECREF(n);
+        if (failed) return NULL;
+    }
+    if ((count > 0 && set_int(st, stream_at[S_STREAMED], streamed) < 0) ||
+        (cum != cum0 && set_int(st, stream_at[S_CUM], cum) < 0) ||
+        (completion_set && set_int(st, stream_at[S_USAGE], completion) < 0) ||
+        (prompt_set && set_int(st, stream_at[S_PROMPT], prompt) < 0) ||
+        (cached_set && set_int(st, stream_at[S_CACHED], cached) < 0))
+        return NULL;
+    if (count > 0 && answer_none) Py_XSETREF(SLOT(st, stream_at[S_FIRST_ANSWER]), Py_NewRef(stamp));
+    Py_RETURN_TRUE;
+pass:
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_FALSE;
+}
+
+/* the offsets of a type's __slots__ members by name; -1 with an exception where one is not a slot */
+static int slot_offsets(PyTypeObject *type, const char **names, int n, Py_ssize_t *out) {
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttrString((PyObject *)type, names[i]);
+        if (d == NULL) return -1;
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, names[i]);
+            Py_DECREF(d);
+            return -1;
+        }
+        out[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+    }
+    return 0;
+}
+
+static PyMethodDef take_def = {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
+                               "take(read, state, t) -> bool: a read of plain tokens taken into the state."};
+
+static PyObject *tokens(PyObject *self, PyObject *args) {
+    PyObject *stream, *parser;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &stream, &PyType_Type, &parser)) return NULL;
+    if (slot_offsets((PyTypeObject *)stream, stream_slots, S_COUNT, stream_at) < 0 ||
+        slot_offsets((PyTypeObject *)parser, parser_slots, P_COUNT, parser_at) < 0)
+        return NULL;
+    Py_XSETREF(stream_type, (PyTypeObject *)Py_NewRef(stream));
+    Py_XSETREF(parser_type, (PyTypeObject *)Py_NewRef(parser));
+    return PyCFunction_New(&take_def, NULL);
 }
 
 static PyObject *parse_chunk(PyObject *self, PyObject *data) {
@@ -698,6 +916,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure(chunk_type, fallback) -> parse_chunk: the compiled reading, falling back to fallback(data)."},
+    {"tokens", tokens, METH_VARARGS,
+     "tokens(stream_type, parser_type) -> take(read, state, t): a read of plain tokens taken into a StreamState."},
     {"scan", scan, METH_O, "scan(data) -> Chunk or None: the compiled reading alone (None: it would fall back)."},
     {"events", events, METH_O,
      "events(read) -> list or None: a read of whole HTTP chunks of one whole event each, as its Chunks (None: "

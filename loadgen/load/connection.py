@@ -14,7 +14,7 @@ from typing import cast
 import httptools
 
 from loadgen.load.sse import whole_events
-from loadgen.load.stream import Outcome, StreamState, error_snippet
+from loadgen.load.stream import Outcome, StreamState, error_snippet, take_tokens
 from loadgen.results.records import FailureClass
 
 # test hook: busy-wait this many milliseconds per read, to starve the client on purpose
@@ -124,7 +124,7 @@ class Connection(asyncio.Protocol):
             ex.last_ns = t
             ex.answered = True
             before = len(ex.st.chunk_ns)
-        if ex is None or not self._boundary or not self._whole(ex, data):
+        if ex is None or not self._boundary or not (take_tokens(data, ex.st, t) or self._whole(ex, data)):
             try:
                 self._parser.feed_data(data)
             except httptools.HttpParserError as exc:

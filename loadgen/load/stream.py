@@ -9,10 +9,11 @@ and its timeouts differ between the two.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import orjson
 
-from loadgen.load.sse import DONE, Chunk, EventTooLarge, InvalidUsage, MalformedChunk, SSEParser, parse_chunk
+from loadgen.load.sse import COMPILED, DONE, Chunk, EventTooLarge, InvalidUsage, MalformedChunk, SSEParser, parse_chunk
 from loadgen.results.records import FailureClass, RequestRecord, TokenSource
 from loadgen.scenario.schema import token_limit
 from loadgen.workload.payload import PreparedRequest
@@ -292,6 +293,19 @@ class StreamState:
             expected_tool_call=(self.answer.made(req.expect_calls) if self.answer is not None
                                 and req.expect_calls is not None and error is None else None),
         )
+
+
+def _not_taken(data: bytes, st: StreamState, t: int) -> bool:
+    return False
+
+
+# ``take_tokens(read, state, t)``: a read of whole events that are all plain tokens (a choice with no
+# finish_reason, nothing of the answer kept, no usage past the stream's limit, no deadline passed) taken
+# into the state at once in compiled code, as ``take`` takes their Chunks: True; False (the state
+# untouched) where the read must go through ``take`` or the parsers, and always where the compiled
+# reading is not there. tests/unit/load/test_whole_events.py holds the two to the same states.
+take_tokens: Callable[[bytes, StreamState, int], bool] = (
+    COMPILED.tokens(StreamState, SSEParser) if COMPILED is not None else _not_taken)
 
 
 def error_snippet(body: bytes) -> str:

@@ -1,7 +1,8 @@
 """A read of whole HTTP chunks, each one whole event, is read by the compiled reading alone
-(``whole_events``), the HTTP parser left between two chunks; every other read goes through the
-HTTP and SSE parsers. Any answer, cut into reads anywhere, must come out as it does with the
-Python reading alone: the same tokens at the same times, the same outcome."""
+(``take_tokens`` where they are all plain tokens, else ``whole_events``), the HTTP parser left
+between two chunks; every other read goes through the HTTP and SSE parsers. Any answer, cut into
+reads anywhere, must come out as it does with the Python reading alone: the same tokens at the
+same times, the same outcome."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from loadgen.load import connection, sse, stream
 from loadgen.load.connection import ClientStats, Connection, Exchange
 from loadgen.load.stream import StreamState
+from loadgen.workload.sessions import Answer
 from tests.unit.load.test_chunkscan import COMMON, needs_compiled
 from tests.unit.load.test_stream_property import event as odd_event
 
@@ -39,13 +41,16 @@ def token(i: int, usage: bool) -> bytes:
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
-def read_answer(reads: list[bytes], max_tokens: int = 64) -> tuple:
-    """What a connection makes of an answer read as ``reads`` (a millisecond apart)."""
+def read_answer(reads: list[bytes], max_tokens: int | None = 64, first_s: float | None = None,
+                total_s: float | None = None, keep: bool = False) -> tuple:
+    """What a connection makes of an answer read as ``reads`` (a millisecond apart); ``first_s``,
+    ``total_s``: its deadlines; ``keep``: its answer's text kept (a session's turn)."""
     loop = asyncio.new_event_loop()
     try:
         conn = Connection(ClientStats(), 0.0)
         conn.connection_made(Transport())  # type: ignore[arg-type]
-        st = StreamState(None, None, max_tokens)
+        st = StreamState(first_s, total_s, max_tokens)
+        st.answer = Answer() if keep else None
         ex = Exchange(st, loop.create_future())
         conn.begin(ex, b"POST / HTTP/1.1\r\n\r\n")
         t = st.sent_ns
@@ -59,16 +64,19 @@ def read_answer(reads: list[bytes], max_tokens: int = 64) -> tuple:
         done = ex.done.result() if ex.done.done() else None
         return (done, [c - st.sent_ns for c in st.chunk_ns], st.chunk_tokens, st.usage_completion, st.prompt_tokens,
                 st.finish_reason, st.reasoning_tokens, st.cached_tokens, st.coalesced, st.parser.ignored_lines,
-                st.done_ns - st.sent_ns if st.done_ns else None, conn.reusable)
+                st.done_ns - st.sent_ns if st.done_ns else None,
+                st.first_answer_ns - st.sent_ns if st.first_answer_ns else None, st.streamed, st.cum_tokens,
+                st.answer.text if st.answer else None, conn.reusable)
     finally:
         loop.close()
 
 
 @pytest.fixture
 def taken() -> Iterator[list[int]]:
-    """The reads the compiled reading took whole, counted."""
+    """The reads at a chunk's end, each 1 where the compiled reading took it whole (its tokens at
+    once, or its Chunks), else 0."""
     counted: list[int] = []
-    original = sse.whole_events
+    original, tokens = sse.whole_events, stream.take_tokens
     assert original is not None
 
     def counting(data: bytes) -> list | None:
@@ -76,16 +84,31 @@ def taken() -> Iterator[list[int]]:
         counted.append(int(items is not None))
         return items
 
+    def counting_tokens(data: bytes, state: StreamState, t: int) -> bool:
+        took = tokens(data, state, t)
+        if took:  # (else whole_events is asked, and counts it)
+            counted.append(1)
+        return took
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(connection, "whole_events", counting)
+        patch.setattr(connection, "take_tokens", counting_tokens)
         yield counted
 
 
-def python_alone(reads: list[bytes], max_tokens: int = 64) -> tuple:
+def python_alone(reads: list[bytes], max_tokens: int | None = 64, **state: float | bool | None) -> tuple:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(connection, "whole_events", None)
+        patch.setattr(connection, "take_tokens", stream._not_taken)
         patch.setattr(stream, "parse_chunk", sse.read_chunk)
-        return read_answer(reads, max_tokens)
+        return read_answer(reads, max_tokens, **state)  # type: ignore[arg-type]
+
+
+def chunks_alone(reads: list[bytes], max_tokens: int | None = 64, **state: float | bool | None) -> tuple:
+    """The compiled reading without ``take_tokens``: each read's Chunks through ``take``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(connection, "take_tokens", stream._not_taken)
+        return read_answer(reads, max_tokens, **state)  # type: ignore[arg-type]
 
 
 @needs_compiled
@@ -174,3 +197,111 @@ def test_any_answer_read_in_any_reads_comes_out_as_the_python_reading_makes_it(
         reads.append(b"".join(rest))
     reads = [r for r in reads if r]
     assert read_answer(reads, max_tokens) == python_alone(reads, max_tokens)
+
+
+@st.composite
+def plain_answers(draw: st.DrawFn) -> list[bytes]:
+    """An answer of plain tokens (a completions or chat chunk each, its text empty, escaped, not
+    ASCII or not UTF-8 at all), their usage cumulative, jumping, going back, or absent; sometimes
+    a prompt count and cached tokens, a usage-only chunk or a finish_reason; then [DONE]."""
+    chat = draw(st.booleans())
+    pieces: list[bytes] = []
+    completion = 0
+    for _ in range(draw(st.integers(1, 24))):
+        text = draw(st.sampled_from([b" tok", b"", b"a\\nb", b"\\u00e9t\\u00e9", "th\u00e9".encode(),
+                                     b"\xff\xfe", b"\\ud800"]))
+        choice = (b'{"index":0,"delta":{"content":"%s"},"finish_reason":null}' if chat else
+                  b'{"index":0,"text":"%s","finish_reason":null}') % text
+        if draw(st.integers(0, 15)) == 0:
+            choice = choice.replace(b"null}", b'"stop"}')
+        body = b'{"id":"c","object":"x","choices":[%s]' % choice
+        usage = draw(st.sampled_from(["none", "step", "step", "jump", "back", "same"]))
+        if usage != "none":
+            completion = max(0, completion + {"step": 1, "jump": 5, "back": -2, "same": 0}[usage])
+            details = b',"prompt_tokens_details":{"cached_tokens":2}' if draw(st.booleans()) else b""
+            body += b',"usage":{"prompt_tokens":5,"completion_tokens":%d%s}' % (completion, details)
+        if draw(st.integers(0, 20)) == 0:
+            body = b'{"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d}' % completion
+        pieces.append(chunked(b"data: " + body + b"}\n\n"))
+    return [*pieces, chunked(b"data: [DONE]\n\n"), b"0\r\n\r\n"]
+
+
+@needs_compiled
+@settings(max_examples=800, deadline=None)
+@given(pieces=plain_answers(), cuts=st.lists(st.integers(1, 3), min_size=26, max_size=26),
+       max_tokens=st.sampled_from([None, 1, 4, 64]), first_s=st.sampled_from([None, 0.0015, 0.0035]),
+       total_s=st.sampled_from([None, 0.004, 0.0075]), keep=st.booleans())
+def test_a_read_of_plain_tokens_taken_at_once_leaves_the_state_the_python_reading_leaves(
+    pieces: list[bytes], cuts: list[int], max_tokens: int | None, first_s: float | None, total_s: float | None,
+    keep: bool,
+) -> None:
+    # the reads a millisecond apart, of 1 to 3 chunks each up to the end: deadlines of 1.5 to 7.5 ms
+    # pass mid-answer; a limit of 1 or 4 tokens (17 and 20 with its margin) is passed by the usage or
+    # by the tokens streamed
+    reads, rest = [HEAD], list(pieces)
+    for n in cuts:
+        reads.append(b"".join(rest[:n]))
+        rest = rest[n:]
+    reads.append(b"".join(rest))
+    reads = [r for r in reads if r]
+    state = {"first_s": first_s, "total_s": total_s, "keep": keep}
+    expected = python_alone(reads, max_tokens, **state)
+    assert read_answer(reads, max_tokens, **state) == expected
+    assert chunks_alone(reads, max_tokens, **state) == expected
+
+
+@needs_compiled
+def test_plain_tokens_are_taken_at_once_and_what_decides_a_stream_is_left_to_take() -> None:
+    tokens = [chunked(token(i, usage=True)) for i in range(1, 5)]
+    st = StreamState(None, None, 64)
+    st.sent_ns = 0
+    assert stream.take_tokens(tokens[0] + tokens[1], st, 7)
+    assert st.chunk_ns == [7, 7]
+    assert st.chunk_tokens == [1, 1]
+    assert (st.streamed, st.cum_tokens, st.usage_completion, st.prompt_tokens, st.first_answer_ns) == (2, 2, 2, 4, 7)
+    # usage past the limit (64 and its margin of 16: 81), a finish_reason, [DONE], a stream read whole
+    # or one whose answer is kept: each left to take, the state untouched
+    past = chunked(b'data: {"choices":[{"text":"x","finish_reason":null}],"usage":{"completion_tokens":81}}\n\n')
+    ending = chunked(b'data: {"choices":[{"text":"x","finish_reason":"stop"}]}\n\n')
+    for read in (past, tokens[2] + ending, chunked(b"data: [DONE]\n\n"), tokens[2][:-1]):
+        assert not stream.take_tokens(read, st, 9)
+    assert st.chunk_ns == [7, 7]
+    st.answer = Answer()
+    assert not stream.take_tokens(tokens[2], st, 9)
+    st.answer = None
+    assert stream.take_tokens(tokens[2], st, 9)
+    assert st.chunk_ns == [7, 7, 9]
+    st.outcome = (None, None)
+    assert not stream.take_tokens(tokens[3], st, 11)
+    assert st.streamed == 3
+
+
+def plain(i: int, usage: str) -> bytes:
+    """Token ``i`` of a completions answer, its usage counted ``usage``'s way."""
+    completion = {"none": None, "step": i, "jump": 5 * i, "back": i if i % 4 else i - 2}[usage]
+    body: dict = {"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]}
+    if completion is not None:
+        body["usage"] = {"prompt_tokens": 3, "completion_tokens": completion}
+    return chunked(b"data: " + orjson.dumps(body) + b"\n\n")
+
+
+@needs_compiled
+@pytest.mark.parametrize("usage", ["none", "step", "jump", "back"])
+@pytest.mark.parametrize(("max_tokens", "first_s", "total_s", "ending"), [
+    (None, None, None, {"none": None, "step": None, "jump": None, "back": None}),
+    # a limit of 17 (1 and its margin): 18 tokens overrun it, a usage of 18 or 20 (5 x 4) passes it; a
+    # usage that goes back by 2 every fourth token has streamed 18 (its steps forward) at a usage of 15
+    (1, None, None, {"none": "overrun", "step": "usage_invalid", "jump": "usage_invalid", "back": "overrun"}),
+    (None, 0.0015, None, dict.fromkeys(["none", "step", "jump", "back"], "timeout")),  # the first token at 2 ms
+    (None, None, 0.006, dict.fromkeys(["none", "step", "jump", "back"], "timeout")),  # the sixth at 7 ms
+])
+def test_plain_tokens_past_a_limit_or_a_deadline_end_the_stream_as_the_python_reading_ends_it(
+    usage: str, max_tokens: int | None, first_s: float | None, total_s: float | None, ending: dict,
+    taken: list[int],
+) -> None:
+    reads = [HEAD, *[plain(i, usage) for i in range(1, 25)], chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
+    got = read_answer(reads, max_tokens, first_s, total_s)
+    assert got == python_alone(reads, max_tokens, first_s=first_s, total_s=total_s)
+    assert got[0][0] == ending[usage]
+    if first_s is None:
+        assert sum(taken) >= 3  # the tokens before the end were taken at once
