@@ -22,6 +22,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import urlsplit
 
 import httpx
@@ -32,6 +33,7 @@ from loadgen.data import Unchecked
 from loadgen.errors import UsageError
 from loadgen.load.connection import CLOSE_HABIT_NS, STARVE_ENV, ClientStats, Connection, Exchange, readable
 from loadgen.load.limits import CLIENT_ERRNOS
+from loadgen.load.recording import Recorder
 from loadgen.load.sidecall import side_call, side_client
 from loadgen.load.stamped import StampedPoller, kernel_clock_problem, open_stamped
 from loadgen.load.stream import Outcome, StreamState
@@ -109,6 +111,7 @@ class StreamingClient:
         # why the server is not sent kept-alive connections (learned from its habit), once known
         self.learned_close: str | None = None
         self._free: list[Connection] = []
+        self._recorder: Recorder | None = None  # made at the first request, on its loop
         self._all: set[Connection] = set()
         self.stats = ClientStats()
         self._starve_s = float(os.environ.get(STARVE_ENV) or 0) / 1e3
@@ -265,12 +268,14 @@ class StreamingClient:
         slot_ns: int | None = None,
         answer: Answer | None = None,
         hold: list[Connection | None] | None = None,
+        free: Callable[[], None] | None = None,
     ) -> None:
         """Send one request and ``emit`` its record (also when cancelled, before re-raising);
         ``slot_ns``: when a concurrency slot became free for it; ``answer``: gathers the
         answer's text and tool calls as they stream (a multi-turn session sends them back);
         ``hold``: a one-element list that keeps the connection between the calls that share
-        it (a session's turns), given back to the pool by ``release``."""
+        it (a session's turns), given back to the pool by ``release``; ``free``: gives its
+        concurrency slot back, called as soon as the exchange ended."""
         total = self._total_s if self._total_s is not None else default_total_s(req.max_tokens)
         st = StreamState(self._first_token_s, total, req.max_tokens)
         st.answer = answer if answer is not None or req.structured is None else Answer()  # kept to be checked
@@ -350,13 +355,29 @@ class StreamingClient:
                     self._put_back(conn)
         if error is not None and st.done_ns is None:
             st.done_ns = time.perf_counter_ns()  # when it was given up
-        emit(st.record(req, request_id, scheduled_ns, self._base, error, detail, self._worker, slot_ns))
+        if free is None:
+            emit(st.record(req, request_id, scheduled_ns, self._base, error, detail, self._worker, slot_ns))
+            return
+        # the slot first, the record at its turn (recording.py): the next request's send never waits
+        # behind the records of every request that ended with this one
+        free()
+        if self._recorder is None or self._recorder.loop is not loop:
+            self._recorder = Recorder(loop)
+        await self._recorder.record(partial(
+            _emit_record, emit, st, req, request_id, scheduled_ns, self._base, error, detail, self._worker, slot_ns))
 
     def _arm(
         self, loop: asyncio.AbstractEventLoop, conn: Connection, ex: Exchange, total: float,
     ) -> list[asyncio.TimerHandle]:
         """Timers for the deadlines (see ``Deadlines``); ``disarm`` cancels them."""
         return Deadlines(loop, conn, ex, self._first_token_s, total, self._between_s).handles
+
+
+def _emit_record(
+    emit: Callable[[RequestRecord], None], st: StreamState, req: PreparedRequest, request_id: int, scheduled_ns: int,
+    base_ns: int, error: FailureClass | None, detail: str | None, worker: int, slot_ns: int | None,
+) -> None:
+    emit(st.record(req, request_id, scheduled_ns, base_ns, error, detail, worker, slot_ns))
 
 
 def disarm(timers: list[asyncio.TimerHandle]) -> None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from loadgen.load.client import PreparedRequest, StreamingClient
@@ -39,6 +41,54 @@ class LoadPlan:
     count: int | None
     concurrency: int | None
     duration_s: float | None = None
+
+
+class Slots:
+    """The concurrency limit: its free slots, each with the time it became free (oldest first),
+    and the dispatcher's wake-up. A request whose exchange ended gives its slot back at once (the
+    dispatcher runs at the loop's next step, where a semaphore's acquire, in a task of its own under
+    ``asyncio.wait``, took three: at C = 1024 every step then held the records of the requests that
+    ended in the one before, 100 ms between a request's end and the next one's send)."""
+
+    __slots__ = ("_free", "_wake")
+
+    def __init__(self, count: int) -> None:
+        self._free = deque([0] * count)  # (0: free from the start)
+        self._wake: asyncio.Future[None] | None = None
+
+    def take(self) -> int | None:
+        """The oldest free slot: when it became free (ns); None where every slot is taken."""
+        return self._free.popleft() if self._free else None
+
+    def give(self) -> None:
+        self._free.append(time.perf_counter_ns())
+        self.wake()
+
+    def wake(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def wait(self) -> None:
+        """Until a slot is given back (or ``wake``)."""
+        self._wake = asyncio.get_running_loop().create_future()
+        try:
+            await self._wake
+        finally:
+            self._wake = None
+
+
+class _Held:
+    """A request's slot until it gives it back (once: at its exchange's end, or when its task ends)."""
+
+    __slots__ = ("slots", "held")
+
+    def __init__(self, slots: Slots) -> None:
+        self.slots, self.held = slots, True
+
+    def __call__(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots.give()
 
 
 async def _wait(stop: asyncio.Event, delay: float) -> bool:
@@ -71,7 +121,7 @@ async def run_load(
         stop.set()
     relaying = asyncio.ensure_future(relay(outer, stop))
     failures: list[BaseException] = []
-    sem = asyncio.Semaphore(plan.concurrency) if plan.concurrency else None
+    slots = Slots(plan.concurrency) if plan.concurrency else None
     tasks: set[asyncio.Task[None]] = set()
     end_ns = start_ns + int(plan.duration_s * 1e9) if plan.duration_s else None
     offsets = iter(plan.offsets)
@@ -80,11 +130,13 @@ async def run_load(
     pool = plan.pool
     sent = 0
     stop_wait = asyncio.ensure_future(stop.wait())
+    if slots is not None:
+        stop_wait.add_done_callback(lambda _: slots.wake())
 
-    def release(task: asyncio.Task[None]) -> None:
+    def release(free: _Held | None, task: asyncio.Task[None]) -> None:
         tasks.discard(task)
-        if sem is not None:
-            sem.release()
+        if free is not None:
+            free()
         if not task.cancelled() and (exc := task.exception()) is not None:
             failures.append(exc)
             stop.set()
@@ -108,27 +160,21 @@ async def run_load(
             # the event loop's timers may fire up to a millisecond early: never send before the schedule
             while time.perf_counter_ns() < scheduled_ns:  # noqa: ASYNC110 - a sub-millisecond yield loop
                 await asyncio.sleep(0)
-            waited = False
-            if sem is not None and sem.locked():
-                waited = True
-                acquire = asyncio.ensure_future(sem.acquire())
-                await asyncio.wait({acquire, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if not acquire.done():
-                    acquire.cancel()
+            freed = 0
+            if slots is not None:
+                while (taken := slots.take()) is None and not stop.is_set():
+                    await slots.wait()
+                if taken is None:
                     break
-                if stop.is_set():
-                    sem.release()
-                    break
-            elif sem is not None:
-                await sem.acquire()
-            # when a slot was free: only a wait for one is slot wait; any other delay is the client's lag
-            slot_ns = time.perf_counter_ns() if waited else scheduled_ns
-            if end_ns is not None and time.perf_counter_ns() >= end_ns:
-                if sem is not None:
-                    sem.release()
+                freed = taken
+            # when a slot was free for it: only the wait for one is slot wait; any other delay (the
+            # loop's, the client's) is its lag
+            slot_ns = max(scheduled_ns, freed)
+            if stop.is_set() or (end_ns is not None and time.perf_counter_ns() >= end_ns):
                 break
-            task = asyncio.create_task(client.send(pool[i], i, scheduled_ns, emit, slot_ns))
-            task.add_done_callback(release)
+            free = _Held(slots) if slots is not None else None
+            task = asyncio.create_task(client.send(pool[i], i, scheduled_ns, emit, slot_ns, free=free))
+            task.add_done_callback(partial(release, free))
             tasks.add(task)
             sent += 1
         if tasks:

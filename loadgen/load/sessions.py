@@ -46,9 +46,10 @@ class SessionRunner:
 
     async def send(
         self, req: PreparedRequest, session: int, scheduled_ns: int, emit: Callable[[RequestRecord], None],
-        slot_ns: int | None = None,
+        slot_ns: int | None = None, free: Callable[[], None] | None = None,
     ) -> None:
-        """Session ``session``: its turns one after another; it ends early at a failed turn."""
+        """Session ``session``: its turns one after another; it ends early at a failed turn (its
+        concurrency slot is given back when it ends: ``free`` is the dispatcher's, not called here)."""
         talk = Conversation(self.turns, session)
         hold = self.client.holder()
         try:
