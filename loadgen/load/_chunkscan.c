@@ -8,9 +8,10 @@
  * does not read exactly, non-ASCII outside the text. The two must agree on every input the
  * compiled one answers: tests/unit/load/test_chunkscan.py holds it to that.
  * ``scan(data)`` is the compiled part alone (None: it would fall back).
- * ``events(read)`` reads a read of whole events at once; ``tokens(stream_type, parser_type)`` returns
- * ``take(read, state, t)``, which takes such a read of plain tokens into a StreamState; ``drain(epfd, offset, transports)`` (Linux)
- * reads every ready socket of the kernel clock's epoll set with its receive stamp.
+ * ``events(read)`` reads a read of whole events at once; ``tokens(stream_type, parser_type)``
+ * returns ``take(read, state, t)``, which takes such a read of plain tokens into a StreamState;
+ * ``drain(epfd, offset, transports)`` (Linux) reads every ready socket of the kernel clock's epoll
+ * set with its receive stamp.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
