@@ -136,3 +136,28 @@ def test_waiting_for_a_concurrency_slot_is_not_send_lag(start_sim: StartSim, tmp
     # and at least what the schedule alone gives: the simulator is never early, so each of the
     # 11 requests before it took 55 ms or more, while it was scheduled 11 x 25 ms later
     assert last.slot_wait_s > 11 * 0.055 - 11 * 0.025 - 0.005
+
+
+def test_every_request_of_a_closed_loop_that_waited_for_a_slot_reports_that_wait(
+    start_sim: StartSim, tmp_path: Path,
+) -> None:
+    """12 requests on 4 slots, no rate: 4 at once, then 4 as those end (together), then 4 more.
+    Each of the last 8 waited for a slot since the start, and says so, not only the one the
+    dispatcher happened to be waiting on (the others, sent in the same step, said 0)."""
+    base_url = start_sim(ttft_ms=20, itl_ms=5)
+    body = scenario(base_url, 1, concurrency=4, warmup_requests=0)
+    body["workload"].update(num_prompts=12, output_tokens=8)  # 20 + 7 x 5 = 55 ms each
+    run_dir, _ = run(tmp_path, "closed", body)
+    records = sorted((r for r in read_records(run_dir / "records.jsonl") if not r.warmup), key=lambda r: r.sent_at)
+    assert len(records) == 12
+    ends = sorted(r.done_at for r in records)
+    for r in records[:4]:
+        assert r.slot_wait_s == 0.0
+    for k, r in enumerate(records[4:]):
+        # its slot was given back when one of the first 4 (then of the next 4) ended: that end
+        # less its schedule, handled a moment after the last bytes came
+        freed = ends[k] - r.scheduled_at
+        assert r.slot_wait_s >= 0.05  # at least most of a 55 ms request
+        assert 0 <= r.slot_wait_s - freed < 0.01
+    cell = orjson.loads((run_dir / "summary.json").read_bytes())["cells"][0]
+    assert cell["metrics"]["slot_wait_s"]["p50"] >= 0.05  # 8 of 12 waited
