@@ -178,7 +178,9 @@ class StreamState:
         return False
 
     def _on_chunk(self, chunk: Chunk, t: int) -> tuple[FailureClass, str] | None:
-        # (one unpacking: this runs once per token, and each named field read is a lookup)
+        # (one unpacking: this runs once per token, and each named field read is a lookup; what it
+        # does with a plain token is done a second time in compiled code, ``take_tokens``: a change
+        # here is a change there, and tests/unit/load/test_whole_events.py fails until both agree)
         text, has_choices, completion, prompt, finish, error, reasoning, cached, final, tool, calls, rid = chunk
         if error is not None:
             return "stream_error", error
