@@ -355,16 +355,17 @@ class StreamingClient:
                     self._put_back(conn)
         if error is not None and st.done_ns is None:
             st.done_ns = time.perf_counter_ns()  # when it was given up
+        make = partial(_emit_record, emit, st, req, request_id, scheduled_ns, self._base, error, detail,
+                       self._worker, slot_ns)
         if free is None:
-            emit(st.record(req, request_id, scheduled_ns, self._base, error, detail, self._worker, slot_ns))
+            make()
             return
         # the slot first, the record at its turn (recording.py): the next request's send never waits
         # behind the records of every request that ended with this one
         free()
         if self._recorder is None or self._recorder.loop is not loop:
             self._recorder = Recorder(loop)
-        await self._recorder.record(partial(
-            _emit_record, emit, st, req, request_id, scheduled_ns, self._base, error, detail, self._worker, slot_ns))
+        await self._recorder.record(make)
 
     def _arm(
         self, loop: asyncio.AbstractEventLoop, conn: Connection, ex: Exchange, total: float,
