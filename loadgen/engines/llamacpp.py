@@ -188,7 +188,7 @@ def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Echo, *,
         for module in missing_modules(*CONVERTER_IMPORTS, *CONVERTER_NEEDS):
             raise LaunchError(f"converting {checkpoint} to GGUF needs {module}: pip install 'loadgen[llamacpp]'")
         echo(f"converting {checkpoint} to GGUF (f16): {f16}")
-        tmp = f16.with_suffix(".part")
+        tmp = f16.with_suffix(f".{os.getpid()}.part")  # apart from a concurrent conversion
         with Heartbeat(echo, "converting to GGUF", lambda: f", {size_text(_size(tmp))} written"):
             proc = subprocess.run(
                 [sys.executable, "-c", _CONVERT, str(llamacpp_home() / "src"), pre_tokenizer or "", checkpoint,
@@ -200,7 +200,7 @@ def ensure_gguf(checkpoint: str, out: Path, quant: str, echo: Echo, *,
         tmp.replace(f16)
     if quant != "f16":
         echo(f"quantizing to {quant}: {out}")
-        tmp = out.with_suffix(".part")
+        tmp = out.with_suffix(f".{os.getpid()}.part")  # apart from a concurrent conversion
         with Heartbeat(echo, f"quantizing to {quant}", lambda: f", {size_text(_size(tmp))} written"):
             proc = subprocess.run([str(built_tool("llama-quantize")), str(f16), str(tmp), quant.upper()],
                                   capture_output=True, text=True)

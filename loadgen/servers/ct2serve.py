@@ -13,6 +13,8 @@ The compute type (``int8``, ``int8_float16``, ``int8_bfloat16``, ``float16``, ``
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,16 @@ def convert(checkpoint: str, out: Path) -> Path:
     is chosen when the model is loaded)."""
     from ctranslate2.converters import TransformersConverter
 
-    tmp = out.with_name(out.name + ".part")
-    TransformersConverter(checkpoint, low_cpu_mem_usage=True).convert(str(tmp), force=True)
-    tmp.replace(out)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.part")  # two loadgens converting at once keep apart
+    try:
+        TransformersConverter(checkpoint, low_cpu_mem_usage=True).convert(str(tmp), force=True)
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not (out / "model.bin").is_file():  # not another conversion that finished first
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
