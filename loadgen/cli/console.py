@@ -5,15 +5,16 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from loadgen.errors import LaunchError, LoadgenError
-from loadgen.report.summary import console_tables
-from loadgen.results.summary import Summary
+
+if TYPE_CHECKING:
+    from loadgen.results.summary import Summary
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,6 +54,9 @@ def handles_errors(fn: F) -> F:
 
 
 def print_summary(summary: Summary) -> None:
+    # (the renderers are imported here: a command that prints no table starts without them)
+    from loadgen.report.summary import console_tables
+
     for item in console_tables(summary, out().width):
         if isinstance(item, str):
             print_text(item)  # a line of figures is never wrapped: it may go to a file or a pipe

@@ -11,7 +11,6 @@ import typer
 from loadgen.cli.console import err, handles_errors, out, print_summary, print_text
 from loadgen.cli.root import Command, app
 from loadgen.errors import UsageError
-from loadgen.report.summary import render_markdown
 
 
 @app.command(cls=Command)
@@ -65,6 +64,8 @@ def report(
         elif fmt == "json":
             print_text(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode())
         elif fmt == "md":
+            from loadgen.report.summary import render_markdown
+
             print_text(render_markdown(summary))
         else:
             out().print(f"{run_dir}", style="bold", markup=False, highlight=False)

@@ -12,7 +12,6 @@ import typer
 from loadgen.cli.console import err, handles_errors, out, print_summary, print_text
 from loadgen.cli.root import Command, Group, Overrides, app
 from loadgen.errors import AbortedError, LoadgenError, TargetError, UsageError
-from loadgen.report.summary import render_markdown
 
 
 @app.command(cls=Command)
@@ -73,6 +72,7 @@ def run(
     from loadgen.engines.preflight import check_models
     from loadgen.load.run import execute
     from loadgen.report.progress import ProgressObserver
+    from loadgen.report.summary import render_markdown
     from loadgen.report.views import published_tables, render_tables
     from loadgen.results.rundir import default_run_dir
     from loadgen.scenario.loader import load_scenario, parse_scenario

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
 
-import httpx
-
 from loadgen.errors import Interrupted, LaunchError
 from loadgen.results.files import output_error
 from loadgen.scenario.redact import redact_secret_flags
@@ -216,6 +214,8 @@ class LaunchedServer:
         key = start_key(spec.argv)
         before = last_start(key)
         t0 = said = time.monotonic()
+        import httpx  # (here: a command that launches nothing starts without it)
+
         with httpx.Client(timeout=2.0, trust_env=False) as http:
             while True:
                 if self.on_wait is not None and time.monotonic() - said >= EVERY_S:
