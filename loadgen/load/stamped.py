@@ -73,6 +73,14 @@ class StampedPoller:
         self._epoll = select.epoll()
         self._transports: dict[int, StampedTransport] = {}
         loop.add_reader(self._epoll.fileno(), self._ready)
+        # The kernel stamps received bytes while any socket of the machine asks for it, and turns
+        # the stamping on a moment after the first one asks (deferred work), off after the last
+        # one closes. Between a run's connections (its warmup's closed, the window's not yet
+        # opened) it could go off, and the first bytes after it came back on arrived unstamped
+        # (seen in the suite: a read stamped -1 right after its socket asked). A socket that asks
+        # for the poller's whole life keeps it on.
+        self._keep_stamping = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._keep_stamping.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
     def watch(self, fd: int, transport: StampedTransport) -> None:
         self._transports[fd] = transport
@@ -99,6 +107,7 @@ class StampedPoller:
     def close(self) -> None:
         self.loop.remove_reader(self._epoll.fileno())
         self._epoll.close()
+        self._keep_stamping.close()
         self._transports.clear()
 
 

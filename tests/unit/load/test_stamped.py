@@ -86,6 +86,7 @@ def test_a_large_write_a_stamped_answer_and_the_servers_close() -> None:
         assert [d for d, _, _ in rec.reads] == [b"first", b"second"]
         gap = (rec.reads[1][1] - rec.reads[0][1]) / 1e6
         assert 45 < gap < 150
+        poller.close()
         server.close()
         await server.wait_closed()
 
@@ -98,10 +99,13 @@ def test_a_refused_connection_is_an_os_error() -> None:
         port = server.sockets[0].getsockname()[1]
         server.close()
         await server.wait_closed()
+        poller = StampedPoller(asyncio.get_running_loop())
         try:
-            await open_stamped(StampedPoller(asyncio.get_running_loop()), "127.0.0.1", port, Recorder())
+            await open_stamped(poller, "127.0.0.1", port, Recorder())
         except OSError:
             return
+        finally:
+            poller.close()
         raise AssertionError("connected to a closed port")
 
     asyncio.run(main())
@@ -126,13 +130,15 @@ def test_a_reset_is_seen_at_once_on_either_loop(loop_kind: str) -> None:
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         rec = Recorder()
-        transport = await open_stamped(StampedPoller(asyncio.get_running_loop()), "127.0.0.1", port, rec)
+        poller = StampedPoller(asyncio.get_running_loop())
+        transport = await open_stamped(poller, "127.0.0.1", port, rec)
         transport.write(b"hello")
         started = time.perf_counter()
         lost = await asyncio.wait_for(rec.lost, 5)
         assert time.perf_counter() - started < 1
         assert isinstance(lost, ConnectionResetError)
         assert [d for d, _, _ in rec.reads] == [b"x"]
+        poller.close()
         server.close()
         await server.wait_closed()
 
