@@ -1,3 +1,3 @@
-from loadgen.cli import main
+from loadgen.entry import main
 
 main()

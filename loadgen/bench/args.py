@@ -262,6 +262,11 @@ def parse(argv: list[str]) -> BenchArgs:
         percentiles = [float(p) for p in ns.metric_percentiles.split(",")]
     except ValueError:
         raise UsageError(f"--metric-percentiles {ns.metric_percentiles!r}: give numbers, e.g. 50,90,99") from None
+    if not all(0 < p < 100 for p in percentiles):  # (nan fails it too)
+        raise UsageError(f"--metric-percentiles {ns.metric_percentiles!r}: each between 0 and 100, e.g. 50,90,99")
+    if ns.label is not None and ("/" in ns.label or "\0" in ns.label or ns.label in ("", ".", "..")):
+        raise UsageError(f"--label {ns.label!r}: it begins the result's file name; give a name without '/', "
+                         "and --result-dir for the folder")
     goodput: dict[str, float] = {}
     for key, value in _pairs("--goodput", ns.goodput, ":").items():
         if key not in ("ttft", "tpot", "e2el"):

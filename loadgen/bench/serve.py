@@ -27,7 +27,8 @@ from loadgen.results.rundir import RECORDS, default_run_dir
 from loadgen.results.vllm_result import VllmResult, result_text, vllm_result
 from loadgen.scenario.loader import parse_scenario, resolve_files
 from loadgen.scenario.redact import dump_scenario, header_variables
-from loadgen.scenario.schema import Scenario, redact_url
+from loadgen.scenario.schema import Scenario
+from loadgen.scenario.wire import redact_url
 from loadgen.workload.prompts import needs_calibration
 
 

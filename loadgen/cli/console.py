@@ -19,11 +19,25 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# control characters shown as what they are (\x1b) instead of acted on: a server's error text or
+# model name may carry escape sequences that would recolour, retitle or clear the terminal
+VISIBLE = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0)) if chr(c) not in "\n\t"}
+
+
+class _Console(Console):
+    """Rich's console, printing no control character it did not put there itself (its own
+    styles and cursor moves are segments' styles and controls, never their text)."""
+
+    def _render_buffer(self, buffer: Any) -> str:
+        return super()._render_buffer(
+            seg if seg.control else seg._replace(text=seg.text.translate(VISIBLE)) for seg in buffer)
+
+
 @functools.cache
 def _console(stderr: bool) -> Console:
     # piped output is never wrapped or squeezed: a wide fixed layout instead of rich's 80-column fallback
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 400)
+    return _Console(stderr=stderr, width=None if stream.isatty() else 400)
 
 
 def out() -> Console:

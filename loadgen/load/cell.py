@@ -76,7 +76,10 @@ async def calibrate(
     points = []
     for n, (words, body) in enumerate(calibration_requests(scenario, model, seed, cell), 1):
         seen: list[RequestRecord] = []
-        await client.send(PreparedRequest(cell, body, None, 1, warmup=True), -n, time.perf_counter_ns(), seen.append)
+        # on the embeddings API a probe is one input, answered whole as the measured requests are
+        inputs = 1 if scenario.target.api == "embeddings" else 0
+        await client.send(PreparedRequest(cell, body, None, 1, warmup=True, embeddings=inputs), -n,
+                          time.perf_counter_ns(), seen.append)
         emit(seen[-1])
         points.append((words, seen[-1].prompt_tokens))
     return calibration_from(points)

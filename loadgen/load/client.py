@@ -38,7 +38,8 @@ from loadgen.load.sidecall import side_call, side_client
 from loadgen.load.stamped import StampedPoller, kernel_clock_problem, open_stamped
 from loadgen.load.stream import Outcome, StreamState
 from loadgen.results.records import FailureClass, RequestRecord
-from loadgen.scenario.schema import Target, default_total_s, split_userinfo
+from loadgen.scenario.target import Target, default_total_s
+from loadgen.scenario.wire import redact_url, split_userinfo
 from loadgen.workload.payload import ENDPOINTS, PreparedRequest, auth_headers, with_basic_auth
 from loadgen.workload.sessions import Answer
 
@@ -81,14 +82,13 @@ class StreamingClient:
         url = base_url.rstrip("/")
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{base_url}: not an http(s) URL")
+            raise ValueError(f"{redact_url(base_url)}: not an http(s) URL")
         self._host = parts.hostname
         self._tls = parts.scheme == "https"
         self._port = parts.port or (443 if self._tls else 80)
         self._ssl: ssl.SSLContext | None = None
         self._verify = target.verify_tls
         self._id_prefix = target.request_id_prefix
-        self._url = url + ENDPOINTS[target.api]
         self._models_url = url + "/models"
         self._models_path = (parts.path or "") + "/models"
         # user:password in the URL: basic auth, as curl sends it (the URL itself is used without them)
@@ -166,7 +166,6 @@ class StreamingClient:
                     lambda: Connection(self.stats, self._starve_s), self._host, self._port,
                     ssl=self._ssl if self._tls else None,
                 )
-        self.stats.connects += 1
         self._all.add(conn)
         return conn
 
@@ -280,6 +279,8 @@ class StreamingClient:
         st = StreamState(self._first_token_s, total, req.max_tokens)
         st.answer = answer if answer is not None or req.structured is None else Answer()  # kept to be checked
         st.whole = bytearray() if req.embeddings else None  # an embeddings answer: one JSON body
+        st.inputs = req.embeddings
+        st.responses = self._path.endswith(ENDPOINTS["responses"])
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
         ex = Exchange(st, done)

@@ -47,11 +47,10 @@ _NO_PARSER = cast(httptools.HttpResponseParser, _Closed())
 
 @dataclass(slots=True)
 class ClientStats:
-    """What the read path cost: reads handled, the time spent handling them, connections opened."""
+    """What the read path cost: reads handled and the time spent handling them."""
 
     reads: int = 0
     read_ns: int = 0
-    connects: int = 0
     retries: int = 0  # requests sent again on a new connection (the kept-alive one was closed)
     # kernel-stamped reads: each read's client delay (handled minus arrived, ns), taken by the
     # self-check every interval
@@ -95,6 +94,7 @@ class Connection(asyncio.Protocol):
         self._fast = False  # the answer is such a stream (its headers said so) and the compiled reading is built
         self._between = False  # the parser's last step was a chunk's end (or the headers' end)
         self._boundary = False  # ... and the last read ended there
+        self._interim = False  # the answer being parsed is an interim one (103 Early Hints); the real one follows
 
     # asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -118,8 +118,12 @@ class Connection(asyncio.Protocol):
 
     def _read(self, data: bytes, t: int, handled: int) -> None:
         """One read: ``t`` is when its bytes arrived (the kernel's stamp, or the loop's clock)."""
-        self._t = t
         ex = self.ex
+        if ex is not None and t < ex.last_ns:
+            # stamped before the read ahead of it (two reads' kernel stamps out of order by a few
+            # microseconds): no byte of a stream arrives before those ahead of it, nor an ITL below 0
+            t = ex.last_ns
+        self._t = t
         if ex is not None:
             ex.last_ns = t
             ex.answered = True
@@ -192,6 +196,9 @@ class Connection(asyncio.Protocol):
         if ex is None:
             return
         status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # an interim answer (100 Continue, 103 Early Hints)
+            self._interim = True
+            return
         ex.st.status = status
         # a stream is a 200 of events: an error status, another 2xx (204 No Content...) or a
         # web page (a proxy's or a login page) is read whole and classed, never parsed as SSE
@@ -240,6 +247,10 @@ class Connection(asyncio.Protocol):
             self.abort()
 
     def on_message_complete(self) -> None:
+        if self._interim:  # its headers said nothing of the answer that follows
+            self._interim = self._html = self._chunked = False
+            self._until_close = True
+            return
         self._feed()
         ex = self.ex
         self.reusable = self._parser.should_keep_alive()  # Connection: close (or HTTP/1.0) is honoured
@@ -264,7 +275,7 @@ class Connection(asyncio.Protocol):
         self.reusable = False
         self._until_close = True  # until a length or chunked encoding says otherwise
         self._html = False
-        self._chunked = self._fast = self._between = self._boundary = False
+        self._chunked = self._fast = self._between = self._boundary = self._interim = False
         self._parser = httptools.HttpResponseParser(self)
         assert self.transport is not None
         ex.st.sent_ns = ex.last_ns = time.perf_counter_ns()

@@ -29,6 +29,8 @@ from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.redact import dump_scenario
 from loadgen.scenario.schema import Scenario
+from loadgen.scenario.wire import redact_url
+from loadgen.workload.images import directory_files
 from loadgen.workload.prompts import Sources, read_sources
 
 
@@ -116,10 +118,11 @@ async def resolve_model(
     their chunks (compiled code, or Python where it was not built)."""
     provenance.note(client_clock={"clock": client.clock, "why_not_kernel": client.clock_note},
                     chunk_reader=CHUNK_READER)
+    base_url = redact_url(base_url)  # what errors show: no user or password
     try:
         models = await client.fetch_models()
     except (httpx.HTTPError, ValueError) as exc:
-        reason = (str(exc) or type(exc).__name__).splitlines()[0]  # httpx appends a second line of help
+        reason = redact_url((str(exc) or type(exc).__name__).splitlines()[0])  # httpx appends a line of help
         if "CERTIFICATE_VERIFY_FAILED" in reason:  # every request would fail the same way
             raise TargetError(
                 f"{base_url}: the server's TLS certificate is not trusted ({reason}); if you trust this server, "
@@ -134,6 +137,16 @@ async def resolve_model(
         return wanted
     provenance.server_models(models)
     return pick_model(models, wanted, f"{base_url}/models")
+
+
+def session_seed(seed: int, resumed: int) -> int:
+    """The seed a run's draws come from: the scenario's, or for its ``resumed``-th resumed session
+    one derived from both (``SeedSequence([seed, resumed])``, as re-derivable as the seed itself)."""
+    if resumed == 0:
+        return seed
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, resumed]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def read_all_sources(points: list[Scenario], seed: int, message: Callable[[str], None]) -> dict[str, Sources]:
@@ -152,4 +165,15 @@ def read_all_sources(points: list[Scenario], seed: int, message: Callable[[str],
         out[key] = read_sources(point, seed, counter)
         for note in out[key].notes:
             message(f"dataset: {note}")
+    for point in points:  # a directory's images, each checked once, before anything is launched
+        if point.workload.images is not None and point.workload.images.directory is not None:
+            directory_files(point.workload.images)
+    for point in points:  # rows of chat messages go to chat or the Responses API only
+        read = out.get(point.workload.model_dump_json())
+        if read and point.target.api in ("completions", "embeddings") and any(
+            s.prompt.messages is not None for s in read.samples
+        ):
+            where = point.workload.dataset.path if point.workload.dataset is not None else "the dataset"
+            raise UsageError(f"{where}: its rows are chat messages, which target.api {point.target.api} cannot send; "
+                             "set target.api: chat (or give each row a prompt)")
     return out

@@ -33,6 +33,7 @@ from loadgen.load.prepare import (
     read_all_sources,
     reopen,
     resolve_model,
+    session_seed,
     with_run_seed,
 )
 from loadgen.load.sampling import GpuSampler, MetricsScraper
@@ -66,7 +67,8 @@ from loadgen.results.rundir import (
 )
 from loadgen.results.summary import CellSummary, Summary
 from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
-from loadgen.scenario.schema import Scenario, base_url_problem
+from loadgen.scenario.schema import Scenario
+from loadgen.scenario.wire import base_url_problem
 from loadgen.servers.cpus import pin, split_cores, usable_cores
 from loadgen.servers.launch import STOP_SIGNALS, LaunchedServer, stops_interrupt, tail
 from loadgen.workload.payload import api_key, auth_headers
@@ -181,7 +183,9 @@ class _Run:
         self.run_dir = run_dir = out.run_dir
         self.render_report, self.n_cells = render_report, n_cells
         assert scenario.seed is not None  # drawn by execute
-        self.seed: int = scenario.seed
+        # each resumed session draws its prompts anew: the cut cell's first prompts were sent
+        # already, and the server would answer them again from its prefix cache
+        self.seed: int = session_seed(scenario.seed, provenance.times_resumed)
         self.cache_resets: dict[int, str] = {}  # cell -> how its engine's prefix cache was emptied before it
         self.entries: dict[int, CellSummary] = {
             e.cell: e for e in build_summary_from_dir(run_dir, scenario).cells
@@ -233,9 +237,8 @@ class _Run:
             what = {"starved": "was client-starved", "saturated": "was client-bound"}.get(
                 health.verdict, "had a lagging client"
             )
-            self.obs.message(
-                f"warning: {where} {what} ({'; '.join(health.reasons)}): {health.effect}; {health.advice}"
-            )
+            self.obs.message(f"warning: {where} {what} ({'; '.join(health.reasons)}): {health.effect}; "
+                             f"{health.advice}")
         for warning in entry.warnings:
             self.obs.message(f"warning: {where}: {warning}")
 

@@ -10,6 +10,9 @@ each worker's) samples while the window runs.
   work: a clock reading, the HTTP parser, the SSE scan).
 - client delay, where the kernel stamps the reads (``load.clock``): how long after its bytes
   arrived each read was handled: what the figures would have carried on the loop's clock.
+- run-queue wait: the kernel's scheduler statistics of the loop's thread (``schedstat``'s
+  run delay): how long it was runnable but not running, which is what another process on its
+  core costs it. A delay without that wait was not contention for the core.
 
 Samples go to ``probes.jsonl`` (probe ``client``, one line per process and second);
 ``loadgen.results.clienthealth`` turns them into the verdict.
@@ -22,6 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +53,14 @@ def _cpu_by_process(cores: set[int]) -> dict[int, tuple[float, str]]:
             continue
         out[proc.pid] = (times.user + times.system, str(info.get("name") or "?"))
     return out
+
+
+def queued_ns() -> int | None:
+    """The calling thread's run-queue wait so far (the kernel's scheduler statistics), ns."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_bytes().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class HogSampler(threading.Thread):
@@ -87,10 +99,12 @@ class ClientMonitor:
         self._next_flush = 0.0
         self._due = 0.0
         self._hogs: HogSampler | None = None
+        self._queued: int | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._t, self._cpu = time.perf_counter(), time.process_time()
+        self._queued = queued_ns()
         self._reads, self._read_ns = self._stats.reads, self._stats.read_ns
         self._next_flush = self._t + INTERVAL_S
         self._arm()
@@ -113,7 +127,7 @@ class ClientMonitor:
         self._lags.append(late + time.perf_counter() - t0)
 
     def _flush(self, now: float) -> None:
-        cpu = time.process_time()
+        cpu, queued = time.process_time(), queued_ns()
         s = self._stats
         hogs = None
         if self._hogs is not None and not self._hogs.is_alive():
@@ -125,6 +139,7 @@ class ClientMonitor:
             self._worker, round(now - self._t, 6), round(cpu - self._cpu, 6), s.reads - self._reads,
             round((s.read_ns - self._read_ns) / 1e6, 3), tuple(round(x * 1e3, 3) for x in self._lags), hogs,
             tuple(round(d / 1e6, 3) for d in kept), round(max(delays) / 1e6, 3) if delays else None, len(delays),
+            None if queued is None or self._queued is None else round((queued - self._queued) / 1e6, 3),
         )
         share = sample.cpu_s / sample.wall_s if sample.wall_s > 0 else 0.0
         lag_p99 = float(np.percentile(sample.loop_lag_ms, 99)) if self._lags else 0.0
@@ -132,7 +147,7 @@ class ClientMonitor:
             self._hogs = HogSampler()  # who holds the core: named in the next sample
             self._hogs.start()
         self._emit(sample)
-        self._t, self._cpu = now, cpu
+        self._t, self._cpu, self._queued = now, cpu, queued
         self._reads, self._read_ns = s.reads, s.read_ns
         self._lags = []
         self._next_flush = now + INTERVAL_S

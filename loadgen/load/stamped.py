@@ -53,9 +53,6 @@ READ_BYTES = 64 * 1024
 # (``LOADGEN_CHUNK_READER=python``)
 DRAIN = getattr(COMPILED, "drain", None)
 
-Clock = str  # "kernel" or "loop"
-
-
 def kernel_clock_problem(tls: bool) -> str | None:
     """Why kernel receive stamps cannot time this target's bytes (None: they can)."""
     if not sys.platform.startswith("linux"):
@@ -63,6 +60,16 @@ def kernel_clock_problem(tls: bool) -> str | None:
     if tls:
         return "the target is https: the kernel stamps the encrypted bytes, which the TLS layer reads"
     return None
+
+
+def keep_stamping() -> socket.socket:
+    """A socket that asks the kernel for receive stamps for as long as it is open: the kernel
+    stamps received bytes while any socket asks, turns the stamping on a moment after the first
+    one asks and off after the last one closes, so a connection opened after a gap between
+    connections got its first bytes unstamped. Keep it open while connections come and go."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return sock
 
 
 class StampedPoller:
@@ -79,8 +86,7 @@ class StampedPoller:
         # opened) it could go off, and the first bytes after it came back on arrived unstamped
         # (seen in the suite: a read stamped -1 right after its socket asked). A socket that asks
         # for the poller's whole life keeps it on.
-        self._keep_stamping = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._keep_stamping.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self._keep_stamping = keep_stamping()
 
     def watch(self, fd: int, transport: StampedTransport) -> None:
         self._transports[fd] = transport

@@ -15,12 +15,19 @@ import orjson
 
 from loadgen.load.sse import COMPILED, DONE, Chunk, EventTooLarge, InvalidUsage, MalformedChunk, SSEParser, parse_chunk
 from loadgen.results.records import FailureClass, RequestRecord, TokenSource
-from loadgen.scenario.schema import token_limit
+from loadgen.scenario.shapes import MAX_TOKENS
+from loadgen.scenario.target import token_limit
 from loadgen.workload.payload import PreparedRequest
 from loadgen.workload.sessions import Answer
 from loadgen.workload.structured import valid_json
 
 Outcome = tuple[FailureClass | None, str | None]
+
+
+# a Responses API stream ends with its final event (response.completed), never with [DONE] or a
+# chat chunk's finish_reason alone: such an answer is another API's, whatever its figures
+NOT_RESPONSES = ("the answer ended as a chat completions stream does, without the Responses API's "
+                 "response.completed: is this endpoint the Responses API? (target.api responses)")
 
 
 class StreamState:
@@ -31,7 +38,7 @@ class StreamState:
         "prompt_tokens", "finish_reason", "done_ns", "status", "parser", "outcome",
         "first_limit_ns", "total_limit_ns", "first_answer_ns", "reasoning_tokens", "cached_tokens", "answer",
         "token_limit", "retries", "final", "first_tool_call_ns", "tool_call_tokens", "whole", "embeddings",
-        "client_delay_ns", "coalesced", "streamed",
+        "client_delay_ns", "coalesced", "streamed", "inputs", "responses",
     )
 
     def __init__(
@@ -72,6 +79,8 @@ class StreamState:
         # an answer that is one JSON body (embeddings), not a stream: its bytes, read at its end
         self.whole: bytearray | None = None
         self.embeddings = 0
+        self.inputs = 0  # the texts an embeddings request sent: as many vectors must come back
+        self.responses = False  # asked of the Responses API: its stream must end with its final event
         # kernel-stamped reads: the longest the client took to handle one after it arrived (-1: none)
         self.client_delay_ns = -1
         self.coalesced = 0  # reads that carried more than one token-bearing event (they share a time)
@@ -118,6 +127,8 @@ class StreamState:
             if self._event(data, t):
                 return self.outcome  # type: ignore[return-value]
         self.done_ns = t
+        if self.finish_reason is not None and self.responses and not self.final:
+            return "malformed", NOT_RESPONSES
         if self.finish_reason is not None:
             return None, None  # a complete stream whose server omits [DONE]
         if self.parser.ignored_lines:
@@ -133,11 +144,17 @@ class StreamState:
         data = answer.get("data") if isinstance(answer, dict) else None
         if not isinstance(data, list) or not data:
             return "malformed", "the embeddings answer holds no data"
+        if self.inputs and len(data) != self.inputs:
+            return "malformed", f"the embeddings answer holds {len(data)} vectors for {self.inputs} inputs"
+        if not all(isinstance(d, dict) and isinstance(v := d.get("embedding"), list | str) and v for d in data):
+            return "malformed", "an item of the embeddings answer has no embedding (a list of numbers, or base64)"
         self.embeddings = len(data)
         usage = answer.get("usage")
         prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
-            self.prompt_tokens = prompt
+        if prompt is not None and (isinstance(prompt, bool) or not isinstance(prompt, int)
+                                   or not 0 <= prompt <= MAX_TOKENS * max(self.inputs, 1)):
+            return "usage_invalid", f"usage.prompt_tokens is {prompt!r}, not a count of the inputs' tokens"
+        self.prompt_tokens = prompt
         return None, None
 
     def _event(self, data: bytes, t: int) -> bool:
@@ -154,7 +171,9 @@ class StreamState:
     def _decided(self, t: int) -> bool:
         """[DONE] at ``t``."""
         self.done_ns = t
-        if not self.chunk_ns and self.parser.ignored_lines:
+        if self.responses and not self.final:
+            self.outcome = ("malformed", NOT_RESPONSES)
+        elif not self.chunk_ns and self.parser.ignored_lines:
             # [DONE] after lines that were not SSE fields (e.g. JSON without "data:")
             self.outcome = ("malformed", f"{self.parser.ignored_lines} lines without an SSE field")
         else:
@@ -206,7 +225,11 @@ class StreamState:
         if completion is not None and (self.cum_tokens > 0 or not chunk_ns):
             # cumulative usage on every chunk: the exact number of tokens this chunk carried
             n = completion - self.cum_tokens
-            self.cum_tokens = completion
+            if n == 0 and text:  # usage a chunk behind the text it counts: the text is a token
+                n = 1
+                self.cum_tokens += 1
+            else:
+                self.cum_tokens = completion
         else:
             # no usage so far (or only a total on the last chunk, as llama.cpp sends it):
             # one token per chunk with text; a role-only chat delta carries none

@@ -5,6 +5,7 @@ the server cannot serve the scenario at all. The asyncio run and the Locust user
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,10 @@ def unusable(warmup: list[RequestRecord], api: str) -> str | None:
         }.get(status, "the server refuses these requests")
         if "chat template" in detail.lower():
             hint = "the model has no chat template: use target.api: completions"
+        elif status == 404 and re.search(r"model\b.*(does not exist|not found)", detail, re.I | re.S):
+            # the server was reached and names the model: the base URL is right, the model is not
+            hint = ("the server does not serve that model: set target.model (--model) to an id its /v1/models "
+                    "lists, or to auto")
         return f"POST {endpoint}: HTTP {status}: {detail}; {hint}"
     return None
 

@@ -24,8 +24,9 @@ from types import FrameType
 from loadgen.errors import UsageError
 from loadgen.locust.plan import LocustPlan, plan_for
 from loadgen.locust.transport import BASIC_AUTH_ENV, QUITTING_FILE_ENV, STOP_FILE_ENV
+from loadgen.results.rundir import RECORDS, taken_message
 from loadgen.scenario.loader import load_scenario
-from loadgen.scenario.schema import split_userinfo
+from loadgen.scenario.wire import split_userinfo
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 SHAPEFILE = Path(__file__).with_name("locustshape.py")
@@ -47,8 +48,16 @@ def _prescan(args: list[str]) -> argparse.Namespace:
     pre.add_argument("--headless", action="store_true")
     pre.add_argument("--loadgen-out")
     pre.add_argument("--worker", action="store_true")
+    pre.add_argument("--processes", type=int)
+    pre.add_argument("--master-bind-host")
+    pre.add_argument("--master-bind-port", type=int)
+    pre.add_argument("--master-port", type=int)
     known, _ = pre.parse_known_args(args)
     return known
+
+
+# Locust's port for its workers (--master-bind-port, --master-port)
+MASTER_PORT = 5557
 
 
 def locust_command(args: list[str], *, shape: bool = False, out: Path | None = None) -> tuple[list[str], LocustPlan]:
@@ -82,24 +91,37 @@ def locust_command(args: list[str], *, shape: bool = False, out: Path | None = N
         extra += ["--web-host", "127.0.0.1"]
     if not opts.headless and not opts.worker:
         _port_free(opts.web_host or "127.0.0.1", opts.web_port)
+    if opts.processes and not opts.worker:
+        # the master Locust forks takes --master-bind-port, its workers connect to --master-port:
+        # one given without the other, the workers would wait for a master on Locust's default
+        port = opts.master_bind_port or opts.master_port
+        if port is None:
+            _port_free(opts.master_bind_host or "*", MASTER_PORT, "--master-bind-port")
+        else:
+            for name, given in (("--master-bind-port", opts.master_bind_port), ("--master-port", opts.master_port)):
+                if given is None:
+                    extra += [name, str(port)]
     if out is not None:
         if opts.loadgen_out is not None:
             raise UsageError("--out and --loadgen-out name the same run directory; give one")
         if opts.worker:
             raise UsageError("--out: a worker sends its records to the master; give --out to the master")
+        if (out / RECORDS).exists():  # said before Locust starts, not once its test does
+            raise UsageError(taken_message(out, resumable=False))
         extra += ["--loadgen-out", str(out)]
     return [sys.executable, "-m", "locust", *args, *extra], plan
 
 
-def _port_free(host: str, port: int) -> None:
-    """The web UI's port is free: two web UIs on one port would leave the second unreachable."""
+def _port_free(host: str, port: int, flag: str = "--web-port") -> None:
+    """A port Locust will listen on is free: two web UIs on one port would leave the second
+    unreachable, and a second master's workers would find the first one."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Locust binds: a closed UI's port is free
         try:
-            s.bind((host if host not in ("", "*") else "0.0.0.0", port))  # noqa: S104 - the user's own --web-host
+            s.bind((host if host not in ("", "*") else "0.0.0.0", port))  # noqa: S104 - the user's own host
         except OSError as exc:
             raise UsageError(
-                f"--web-port {port}: {host}:{port} is in use ({exc.strerror}; another Locust?); give another --web-port"
+                f"{flag} {port}: {host}:{port} is in use ({exc.strerror}; another Locust?); give another {flag}"
             ) from None
 
 

@@ -24,10 +24,11 @@ from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from loadgen.data import Unchecked
 from loadgen.errors import LoadgenError
+from loadgen.locust.health import monitor
 from loadgen.locust.plan import RunDirSink
-from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, WorkerReport, log, now_s
+from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, DONE_MESSAGE, STATE, WorkerReport, log, now_s
 from loadgen.locust.stats import ENTRIES, TAB_COLUMNS, report_section, rows_csv, tab_rows
-from loadgen.locust.transport import QUITTING_FILE_ENV, STOP_FILE_ENV
+from loadgen.locust.transport import QUITTING_FILE_ENV, STOP_FILE_ENV, clock_of
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.provenance import Provenance
 from loadgen.scenario.redact import redact_url
@@ -65,17 +66,27 @@ def _init(environment: Environment, **_: Any) -> None:
         STATE.load(source, list(getattr(opts, "loadgen_set", None) or []))
     except LoadgenError as exc:
         _fail(str(exc))
+    if not isinstance(environment.runner, MasterRunner):  # a process that runs users: its self-check
+        gevent.spawn(monitor, STATE.users_running, STATE.health)
     if isinstance(environment.runner, WorkerRunner):
         environment.runner.register_message(SHARE_MESSAGE, _share)
         return
+    if isinstance(environment.runner, MasterRunner):
+        environment.runner.register_message(DONE_MESSAGE, _worker_done)
     out = getattr(opts, "loadgen_out", None)
     if out:
         assert STATE.plan is not None
+        try:  # the clock that times the answers' bytes (each worker's, from the same scenario)
+            kernel, why_not = clock_of(STATE.plan, environment.host or "")
+        except LoadgenError as exc:
+            _fail(str(exc))
+            return
         provenance = Provenance.new(
             STATE.plan.scenario, client="locust", locust_version=locust_version,
             base_url=environment.host and redact_url(environment.host),
             clock_base_ns=BASE_NS, clock_base_epoch_ns=BASE_EPOCH_NS,
             clock="perf_counter per process; workers' records moved onto the master's clock by wall-clock bases",
+            client_clock={"clock": "kernel" if kernel else "loop", "why_not_kernel": why_not},
         )
         try:
             STATE.sink = RunDirSink(Path(out), STATE.plan, provenance)
@@ -83,11 +94,31 @@ def _init(environment: Environment, **_: Any) -> None:
             _fail(str(exc))
     if environment.web_ui is not None:
         _extend_web_ui(environment)
+    if getattr(opts, "html_file", None):
+        _llm_figures_in_html_file()
     if environment.shape_class is not None:
         # Locust installs its SIGTERM handler only once a headless shape has ended: until then
         # a SIGTERM (loadgen's stop, `timeout`) would end the process before anything is written
         gevent.signal_handler(signal.SIGTERM, _stop_shape, environment)
     gevent.spawn(_sample_charts, environment)
+
+
+def _llm_figures_in_html_file() -> None:
+    """Locust's ``--html`` file with the LLM figures of the last test below Locust's own, as its
+    Download Report has them: Locust writes the file at its end through ``get_html_report``,
+    looked up in its main module when it writes."""
+    import locust.main as locust_main
+
+    made = getattr(locust_main, "get_html_report")  # noqa: B009 - not in the module's exports
+
+    def with_llm_figures(*args: Any, **kwargs: Any) -> str:
+        page = str(made(*args, **kwargs))
+        end = page.rfind("</body>")
+        if end < 0:
+            return page
+        return page[:end] + report_section(STATE.rows(users=STATE.peak_users or None)) + page[end:]
+
+    setattr(locust_main, "get_html_report", with_llm_figures)  # noqa: B010
 
 
 def _interrupt_main() -> None:
@@ -113,6 +144,11 @@ def _share(environment: Environment, msg: Any, **_: Any) -> None:
     STATE.new_share(int(msg.data["index"]), int(msg.data["count"]), int(msg.data["seed"]))
 
 
+def _worker_done(environment: Environment, msg: Any, **_: Any) -> None:
+    """A worker's share of the dataset is all sent and answered."""
+    STATE.worker_done(int(msg.data["index"]), msg.data.get("entries"), bool(msg.data.get("sessions")))
+
+
 def _fail(message: str) -> None:
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
@@ -129,6 +165,7 @@ def _test_start(environment: Environment, **_: Any) -> None:
         for i, client in enumerate(workers):
             runner.send_message(SHARE_MESSAGE, {"index": i, "count": len(workers), "seed": STATE.seed},
                                 client_id=client.id)
+        STATE.workers_in_test, STATE.workers_done, STATE.exhausted_said = len(workers), set(), False
     if not isinstance(runner, WorkerRunner):
         STATE.test_started()
     if not isinstance(runner, (WorkerRunner, MasterRunner)):
@@ -197,8 +234,8 @@ def _sample_charts(environment: Environment) -> None:
 @events.report_to_master.add_listener
 def _report_to_master(client_id: str, data: Unchecked) -> None:
     # data: Locust's report, whose other keys are Locust's and its plugins'
-    data["loadgen"] = WorkerReport(STATE.pending, BASE_EPOCH_NS, STATE.model).to_dict()
-    STATE.pending = []
+    data["loadgen"] = WorkerReport(STATE.pending, BASE_EPOCH_NS, STATE.model, STATE.pending_samples).to_dict()
+    STATE.pending, STATE.pending_samples = [], []
 
 
 @events.worker_report.add_listener
@@ -228,7 +265,8 @@ def _quit(**_: Any) -> None:
         log.info(
             "loadgen LLM %-9s requests %d, failures %d (%s), output tokens %d, output tok/s %.1f, "
             "decode tok/s per stream %s", row["name"], row["requests"], row["failures"],
-            row["failure_classes"], row["output_tokens"], row["output_tok_s"], row["stream_tok_s"],
+            row["failure_classes"] or "none", row["output_tokens"], row["output_tok_s"] or 0.0,
+            "-" if row["stream_tok_s"] is None else f"{row['stream_tok_s']:.1f}",  # (none: no request decoded)
         )
     opts = environment.parsed_options
     csv_prefix = getattr(opts, "csv_prefix", None)
@@ -287,6 +325,16 @@ def _extend_web_ui(environment: Environment) -> None:
             data["extended_stats"] = [{"key": "llm", "data": tab_rows(STATE.rows(), STATE.run_totals)}]
             response.set_data(orjson.dumps(data))
         return response
+
+    @web_ui.app.route("/llm/quit", methods=["POST"])
+    @web_ui.auth_required_if_enabled
+    def _quit() -> Any:
+        # the web UI's own way out (Ctrl-C was the only one, and it labels the run interrupted):
+        # Locust's clean stop, as when a headless run ends: the test stopped, the run directory
+        # written, Locust's exit code (0 unless requests failed)
+        log.info("loadgen: quit from the web UI: stopping the test and writing the run directory")
+        gevent.spawn_later(0.2, os.kill, os.getpid(), signal.SIGTERM)
+        return jsonify({"quitting": True})
 
     @web_ui.app.route("/llm/stats")
     @web_ui.auth_required_if_enabled

@@ -130,6 +130,8 @@
     let box = document.getElementById("loadgen-llm-charts");
     if (!onLlmTab()) {
       if (box) box.remove();
+      const quit = document.getElementById("loadgen-quit");
+      if (quit) quit.remove();
       return;
     }
     if (!box) {
@@ -141,6 +143,22 @@
       box.id = "loadgen-llm-charts";
       box.style.cssText = "display:flex;flex-wrap:wrap;gap:12px;margin:16px 0;";
       anchor.insertAdjacentElement("afterend", box);
+    }
+    if (!document.getElementById("loadgen-quit")) {
+      // the web UI's own way out: Locust stops and loadgen writes the run directory, as at the
+      // end of a headless run (Ctrl-C labels the run interrupted)
+      const quit = document.createElement("button");
+      quit.id = "loadgen-quit";
+      quit.type = "button";
+      quit.textContent = "Quit Locust and write the run directory";
+      quit.style.cssText = "margin:8px 0;padding:6px 12px;cursor:pointer;";
+      quit.addEventListener("click", async () => {
+        if (!window.confirm("Stop the test, write loadgen's run directory and quit Locust?")) return;
+        await fetch("./llm/quit", { method: "POST" });
+        quit.textContent = "Quitting: the run directory is being written";
+        quit.disabled = true;
+      });
+      box.insertAdjacentElement("afterend", quit);
     }
     const data = await (await fetch("./llm/history")).json();
     const stopped = data.state === "stopped" || data.state === "ready";

@@ -176,7 +176,7 @@ class RunDirSink:
     records appended as they arrive, summary and report re-derived from them at the end."""
 
     def __init__(self, run_dir: Path, plan: LocustPlan, provenance: Provenance) -> None:
-        self.out = RunDirWriter(run_dir)
+        self.out = RunDirWriter(run_dir, resumable=False)
         self.run_dir, self.plan, self.provenance = run_dir, plan, provenance
         self.out.write_provenance(provenance)
         self.cells_seen: set[int] = set()

@@ -13,7 +13,7 @@ import itertools
 import logging
 import secrets
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import gevent
 from gevent.lock import Semaphore
@@ -25,13 +25,32 @@ from loadgen.locust.plan import CellClock, LocustPlan, RunDirSink, plan_for, reb
 from loadgen.locust.stats import LiveStats, Row
 from loadgen.locust.transport import Workbench, build_workbench
 from loadgen.results.cellstatus import AppliedUsers
+from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.loader import load_scenario
 
 log = logging.getLogger("loadgen")
 
-BASE_NS = time.perf_counter_ns()
-BASE_EPOCH_NS = time.time_ns()
+
+
+def _paired_clocks(tries: int = 16) -> tuple[int, int]:
+    """The monotonic clock and the wall clock read at one instant: the read of the wall clock
+    closest bracketed by two of the monotonic one (a process descheduled between two reads
+    would put the pause into every record a worker sends its master)."""
+    best: tuple[int, int, int] | None = None
+    for _ in range(tries):
+        before = time.perf_counter_ns()
+        epoch = time.time_ns()
+        after = time.perf_counter_ns()
+        if best is None or after - before < best[0]:
+            best = (after - before, (before + after) // 2, epoch)
+    assert best is not None
+    return best[1], best[2]
+
+
+# this process's clock base, on both clocks: a worker's records move onto its master's clock by
+# the difference of their wall-clock bases
+BASE_NS, BASE_EPOCH_NS = _paired_clocks()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,19 +61,26 @@ class WorkerReport:
     records: list[bytes]
     base_epoch_ns: int
     model: str | None
+    # its self-check's readings since the last report: {"at": its clock's seconds, "reading": ...}
+    samples: list[Unchecked] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"records": self.records, "base_epoch_ns": self.base_epoch_ns, "model": self.model}
+        return {"records": self.records, "base_epoch_ns": self.base_epoch_ns, "model": self.model,
+                "samples": self.samples}
 
     @classmethod
     def from_dict(cls, data: Unchecked) -> WorkerReport:
-        return cls(list(data["records"]), int(data["base_epoch_ns"]), data.get("model"))
+        return cls(list(data["records"]), int(data["base_epoch_ns"]), data.get("model"),
+                   list(data.get("samples") or []))
 # the master sees a worker's records this late (Locust's worker report interval)
 REPORT_LAG_S = 3.0
 
 
 def now_s() -> float:
     return (time.perf_counter_ns() - BASE_NS) / 1e9
+
+
+DONE_MESSAGE = "loadgen-done"  # a worker to its master: its share of the dataset is sent and answered
 
 
 class _State:
@@ -69,6 +95,7 @@ class _State:
         self._bench_lock = Semaphore()
         self.request_ids = itertools.count()
         self.pending: list[bytes] = []  # a worker's records not yet sent to the master
+        self.pending_samples: list[Unchecked] = []  # ... and its self-check's readings
         self.live = LiveStats()
         self.cells = CellClock()
         self.sink: RunDirSink | None = None
@@ -79,7 +106,10 @@ class _State:
         # given to every worker, so that a trace's shared blocks are the same text everywhere
         self.seed = secrets.randbits(63)
         self.exhausted_said = False
-        self.in_flight = 0  # requests this process's users are sending now
+        # the master: the workers given a share of this test, and those whose share is all sent
+        self.workers_in_test = 0
+        self.workers_done: set[int] = set()
+        self.in_flight = 0  # requests this process's users are sending now, and sessions under way
         self.test_start_ns = time.perf_counter_ns()  # this process's start of the test running (a trace's zero)
         # a capacity search under the shape: each probe's value (users), by cell, and the records
         # of the probe measuring now (the master's, merged from its workers)
@@ -129,7 +159,8 @@ class _State:
 
     def exhausted(self) -> None:
         """Every entry of this process's share of the dataset is sent: its users stop; one
-        process alone ends the test (a worker's master ends it by its own rules)."""
+        process alone ends the test, a worker tells its master once its last answer is in (the
+        master ends the test when every worker has)."""
         if self.exhausted_said:
             return
         self.exhausted_said = True
@@ -143,11 +174,35 @@ class _State:
             headless = bool(getattr(self.env.parsed_options, "headless", False)) if self.env is not None else False
 
             def finish() -> None:
-                while self.in_flight > 0:  # the other users' last entries are measured, not cut short
+                while self.in_flight > 0:  # the other users' last entries (and sessions' turns) are measured
                     gevent.sleep(0.02)
                 (runner.quit if headless else runner.stop)()
 
             gevent.spawn(finish)
+        elif isinstance(runner, WorkerRunner):
+            entries = bench.entries if bench is not None else None
+            index = self.share[0]
+
+            def tell_master() -> None:
+                while self.in_flight > 0:  # its last entries measured first
+                    gevent.sleep(0.02)
+                runner.send_message(DONE_MESSAGE, {"index": index, "entries": entries, "sessions": sessions})
+
+            gevent.spawn(tell_master)
+
+    def worker_done(self, index: int, entries: int | None, sessions: bool) -> None:
+        """The master: a worker's share of the dataset is all sent and answered; once every
+        worker's is, the test ends (headless: Locust quits; the web UI: the test stops)."""
+        self.workers_done.add(index)
+        runner = self.env.runner if self.env is not None else None
+        if runner is None or len(self.workers_done) < self.workers_in_test or self.exhausted_said:
+            return
+        self.exhausted_said = True
+        what = "session of the session file" if sessions else "entry of the dataset"
+        log.info("loadgen: every %s (%s) sent once in this test by its %d workers: the test ends", what,
+                 entries if entries is not None else "?", self.workers_in_test)
+        headless = bool(getattr(self.env.parsed_options, "headless", False)) if self.env is not None else False
+        gevent.spawn(runner.quit if headless else runner.stop)
 
     def give_up(self, message: str) -> None:
         """Nothing can be sent (no server, no model): say it once and end the test."""
@@ -168,6 +223,19 @@ class _State:
             self.pending.append(record.to_json())
             return
         self.count(replace(record, cell=self.cells.cell_of(record.sent_at)))
+
+    def health(self, reading: ClientReading) -> None:
+        """A second of this process's self-check: kept for the master (worker), or written
+        into the run directory under the cell running."""
+        env = self.env
+        if env is not None and isinstance(env.runner, WorkerRunner):
+            self.pending_samples.append({"at": now_s(), "reading": reading.to_dict()})
+        elif self.sink is not None and not self.closed:
+            self.sink.out.samples.write(self.cells.cell_of(now_s()), reading)
+
+    def users_running(self) -> bool:
+        runner = self.env.runner if self.env is not None else None
+        return runner is not None and runner.user_count > 0 and runner.state in ("spawning", "running")
 
     def test_started(self) -> None:
         """A test starts (the web UI's form, the API, headless, a new step of the shape): a cell
@@ -223,6 +291,10 @@ class _State:
         for line in report.records:
             record = rebase(line, shift, next(self.request_ids), worker)
             self.count(replace(record, cell=self.cells.cell_of(record.sent_at)))
+        if self.sink is not None and not self.closed:
+            for sample in report.samples:
+                reading = replace(ClientReading.from_dict(sample["reading"]), worker=worker)
+                self.sink.out.samples.write(self.cells.cell_of(float(sample["at"]) + shift), reading)
 
     def rows(self, users: int | None = None) -> list[Row]:
         """The LLM table of the test running (or the last one); per user of the users running

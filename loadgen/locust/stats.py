@@ -7,6 +7,7 @@ tab, ``/llm/stats``, ``/llm/history`` and ``PREFIX_llm.csv`` show them.
 from __future__ import annotations
 
 import html
+import re
 import time
 from array import array
 from collections import Counter, defaultdict, deque
@@ -21,6 +22,15 @@ from loadgen.results.records import RequestRecord
 # the request_type of loadgen's entries in Locust's statistics
 LLM = "LLM"
 ENTRIES: tuple[str, ...] = ("TTFT", "TPOT", "ITL", "E2E")
+
+
+_VARYING = re.compile(r"[0-9A-Fa-f]*[0-9][0-9A-Fa-f]*(?:-[0-9A-Fa-f]+)*")
+
+
+def failure_kind(detail: str) -> str:
+    """A failure's message with its ids and long numbers (four characters or more) as ``#``:
+    ``chatcmpl-9f2c41`` and ``chatcmpl-77ab01`` are one kind of failure, HTTP 503 and 500 two."""
+    return _VARYING.sub(lambda m: "#" if len(m[0]) >= 4 else m[0], detail)
 
 
 @dataclass
@@ -225,8 +235,8 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("failure_classes", "Failure classes"),
     ("output_tokens", "Output tokens"),
     ("prompt_tokens", "Prompt tokens"),
-    ("output_tok_s", "Output tok/s (whole run)"),
-    ("requests_s", "Requests/s (whole run)"),
+    ("output_tok_s", "Output tok/s (whole test)"),
+    ("requests_s", "Requests/s (whole test)"),
     ("recent_tok_s", "Output tok/s (last 10 s)"),
     ("tok_s_per_user", "Output tok/s per user"),
     ("stream_tok_s", "Decode tok/s per stream"),

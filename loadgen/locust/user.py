@@ -21,20 +21,21 @@ from geventhttpclient.url import URL
 from locust import LoadTestShape, User, constant, task
 from locust.env import Environment
 from locust.exception import StopUser
+from locust.runners import MasterRunner
 
 from loadgen.errors import LoadgenError
 from loadgen.load.stream import StreamState
 from loadgen.locust import hooks
 from loadgen.locust.plan import LocustPlan, locust_scenario
-from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, STATE, log
-from loadgen.locust.stats import LLM
+from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, REPORT_LAG_S, STATE, log
+from loadgen.locust.stats import LLM, failure_kind
 from loadgen.locust.transport import Workbench, closed_after_answer, open_client, stream_request
 from loadgen.results.capacity import first_wave, next_value, probe_entry
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.matrix import search_lines
-from loadgen.scenario.schema import default_total_s
 from loadgen.scenario.shapes import Search
-from loadgen.workload.payload import PreparedRequest
+from loadgen.scenario.target import default_total_s
+from loadgen.workload.payload import ENDPOINTS, PreparedRequest
 from loadgen.workload.sessions import Answer, Conversation, Turns
 
 __all__ = ["LLMUser", "ScenarioSteps", "STATE", "LLMRequestFailed", "hooks"]
@@ -53,7 +54,9 @@ def report(env: Environment, record: RequestRecord, elapsed_ms: float, body_byte
     if record.error == "cancelled":
         return  # the run stopped it; kept in records.jsonl, not a failure of the server
     start = BASE_EPOCH_NS / 1e9 + (record.sent_at or 0.0)
-    exc = None if record.ok else LLMRequestFailed(f"{record.error}: {(record.error_detail or '')[:160]}")
+    # one row of Locust's failures table per kind of failure: the ids and numbers a server puts in
+    # its messages (each answer's own) are left out of it; records.jsonl keeps them whole
+    exc = None if record.ok else LLMRequestFailed(f"{record.error}: {failure_kind(record.error_detail or '')[:160]}")
     if record.ok:
         if (ttft := record.ttft_s) is not None:
             # a float, as Locust's own request events log it (its annotation says int)
@@ -78,7 +81,8 @@ class LLMUser(User):
         except LoadgenError as exc:
             STATE.give_up(str(exc))
             return  # the task stops this user (Locust logs a traceback for a StopUser raised here)
-        self.http = open_client(URL(self.bench.host + self.bench.path), self.bench.timeouts)
+        self.http = open_client(URL(self.bench.host + self.bench.path), self.bench.timeouts,
+                                kernel_clock=self.bench.kernel_clock)
         # open the connection before the first measured request, so TTFT holds no TCP setup
         try:
             self.http.get(URL(self.bench.host + "/models").request_uri, headers=self.bench.headers).read()
@@ -106,35 +110,43 @@ class LLMUser(User):
                 raise StopUser()
             self.session(bench, bench.turns, s)
             return
+        if bench.entries is None:
+            self.send(bench, bench.pool[next(bench.next_prompt)])  # a new prompt every time, never a repeat
+            return
+        i = next(bench.next_entry)  # this process's share of the dataset, each entry once a test
+        if i >= bench.entries:
+            STATE.exhausted()
+            raise StopUser()
         due_ns = None
-        if bench.entries is not None:
-            i = next(bench.next_entry)  # this process's share of the dataset, each entry once a test
-            if i >= bench.entries:
-                STATE.exhausted()
-                raise StopUser()
+        STATE.in_flight += 1  # drawn, so not done until answered: a trace's row waits for its time first
+        try:
             if bench.offsets:  # a trace: the row is due at its offset after the trace's start
                 due_ns = STATE.test_start_ns + int((TRACE_LEAD_S + bench.offsets[i]) * 1e9)
                 wait = (due_ns - time.perf_counter_ns()) / 1e9
                 if wait > 0:
                     gevent.sleep(wait)
-        else:
-            i = next(bench.next_prompt)  # a new prompt every time, never a repeat
-        self.send(bench, bench.pool[i], due_ns=due_ns)
+            self.send(bench, bench.pool[i], due_ns=due_ns)
+        finally:
+            STATE.in_flight -= 1
 
     def session(self, bench: Workbench, turns: Turns, session: int) -> None:
         """One whole multi-turn session on this user: each turn sends the conversation so far
         with the answers the server gave, after the think time; a failed turn ends it."""
         talk = Conversation(turns, session)
-        for t in range(talk.count):
-            if (pause := talk.think_s(t)) > 0:
-                gevent.sleep(pause)
-                if STATE.stopping:
+        STATE.in_flight += 1  # a session between turns (its think time) is not done either
+        try:
+            for t in range(talk.count):
+                if (pause := talk.think_s(t)) > 0:
+                    gevent.sleep(pause)
+                    if STATE.stopping:
+                        return
+                answer = Answer()
+                record = self.send(bench, talk.request(t), answer=answer)
+                if record is None or not record.ok or STATE.stopping:
                     return
-            answer = Answer()
-            record = self.send(bench, talk.request(t), answer=answer)
-            if record is None or not record.ok or STATE.stopping:
-                return
-            talk.answered(answer)
+                talk.answered(answer)
+        finally:
+            STATE.in_flight -= 1
 
     def send(self, bench: Workbench, req: PreparedRequest, answer: Answer | None = None,
              due_ns: int | None = None) -> RequestRecord | None:
@@ -146,6 +158,8 @@ class LLMUser(User):
         st = StreamState(t.first_token_s, total, req.max_tokens)
         st.answer = answer if answer is not None or req.structured is None else Answer()  # kept to be checked
         st.whole = bytearray() if req.embeddings else None  # an embeddings answer: one JSON body
+        st.inputs = req.embeddings
+        st.responses = bench.path.endswith(ENDPOINTS["responses"])
         STATE.in_flight += 1
         try:
             error, detail, body_bytes = stream_request(
@@ -193,6 +207,7 @@ class ScenarioSteps(LoadTestShape):
         self._value: float | None = None
         self._since = 0.0
         self._draining = False
+        self._drain_since: float | None = None
 
     def tick(self) -> tuple[int, float] | None:
         plan = STATE.plan
@@ -230,8 +245,15 @@ class ScenarioSteps(LoadTestShape):
         if limit is not None and run_time >= limit:
             return None
         if self._draining:
-            # every user of the last probe is gone: the next starts all its users at once, as
-            # loadgen run starts a probe's streams
+            if not self._drained(run_time):
+                return 0, SPAWN_AT_ONCE
+            # every request of the probe is answered and in: its verdict, on all of them (the run
+            # directory's answer is the one the run found), then the next probe starts all its
+            # users at once, as loadgen run starts a probe's streams
+            if self._value is not None:
+                verdict = self._verdict(plan, search)
+                self._results.append((self._value, verdict))
+                log.info("loadgen: probe of %d users %s the SLOs", self._value, "meets" if verdict else "breaks")
             self._draining = False
             nxt = next_value(search, self._results)
             if nxt is None:
@@ -240,14 +262,26 @@ class ScenarioSteps(LoadTestShape):
             STATE.probe_started(nxt)
             log.info("loadgen: probe %d, %d users", len(self._results) + 1, nxt)
         elif self._value is None or self._probe_done(plan, run_time):
-            if self._value is not None:
-                verdict = self._verdict(plan, search)
-                self._results.append((self._value, verdict))
-                log.info("loadgen: probe of %d users %s the SLOs", self._value, "meets" if verdict else "breaks")
-            self._draining = True  # no users for a tick (requests in flight end as cancelled)
+            # no new requests: those in flight are answered, and judged with the rest
+            self._draining, self._drain_since = True, None
+            if self._value is None:  # the first probe: nothing to drain
+                self._drain_since = -REPORT_LAG_S
             return 0, SPAWN_AT_ONCE
         assert self._value is not None
         return int(self._value), SPAWN_AT_ONCE
+
+    def _drained(self, run_time: float) -> bool:
+        """The probe's users are gone and its records are in: at once in one process; a report
+        interval after the workers' users are gone under a master (their last records come
+        with their next report)."""
+        runner = self.runner
+        if runner is None or runner.user_count > 0 or STATE.in_flight > 0:
+            return False
+        if not isinstance(runner, MasterRunner):
+            return True
+        if self._drain_since is None:
+            self._drain_since = run_time
+        return run_time - self._drain_since >= REPORT_LAG_S + 0.5
 
     def _probe_done(self, plan: LocustPlan, run_time: float) -> bool:
         if plan.scenario.load.duration_s:

@@ -91,7 +91,23 @@ def answer_lines(summary: Summary) -> list[str]:
         lines.append(prefix + cap.answer)
         if cap.margin:
             lines.append(prefix + cap.margin)
+        if (unsure := starved_probes(summary, cap)) is not None:
+            lines.append(prefix + unsure)
     return lines
+
+
+def starved_probes(summary: Summary, cap: CapacityAnswer) -> str | None:
+    """Where probes of a search ran with their client or engine starved by other programs (their
+    self-check): the answer rests on figures that hold that delay, and says so."""
+    cells = {c.cell: c for c in summary.cells}
+    starved = [p for p in cap.probes if (c := cells.get(p.cell)) is not None and (
+        (c.client is not None and c.client.verdict != "ok") or (c.engine_cores is not None and c.engine_cores.starved))]
+    if not starved:
+        return None
+    at = ", ".join(f"{p.value:g}" for p in starved)
+    return (f"not sure: {len(starved)} of its {len(cap.probes)} probes (at {at}) ran with the client or the engine "
+            "starved by other programs (their self-check): their figures hold that delay, and a quiet machine may "
+            "answer otherwise")
 
 
 def _first_probe(summary: Summary, cap: CapacityAnswer) -> CellSummary | None:

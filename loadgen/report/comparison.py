@@ -20,8 +20,12 @@ from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import RECORDS, write_file
 from loadgen.results.summary import CellSummary, Summary
 
-NOTE = ("95% bootstrap intervals over each run's requests (ITL: its gaps; rates: its mean E2E latency, or a "
-        "Poisson count in an open loop); 'within noise': the interval holds 0, or the change is under {:.0%}; "
+NOTE = ("95% bootstrap intervals over each run's requests (ITL: its gaps, the requests drawn whole; rates: its "
+        "mean E2E latency, or a Poisson count in an open loop). They hold the noise within each run, not the drift "
+        "between runs (a busy machine, a server warmed differently): two runs of one server can differ by more, "
+        "and --repeats on both runs gives intervals over the repeats. 'within noise': the interval holds 0, or "
+        "the change is under {:.0%}; 'no verdict': a starved client or engine, or different loads (said under "
+        "the table); "
         "'too few values': too few to bound the percentile (a p99 needs 368); where both runs have repeats, "
         "the intervals come from the repeats (Student's t on the ratio of their means)")
 CURVES = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E latency"))
@@ -88,7 +92,7 @@ def tables(base: Run, comparisons: list[RunComparison], min_change: float = MIN_
             title = (f"{comp.label} against {base.label}: {params_text(m.params)} "
                      f"(cells {m.base_cell} / {m.cell}, {m.base_requests} / {m.requests} {counted})")
             out.append(Table(("metric", "baseline", "run", "change", "95% interval", "verdict"), rows,
-                             title=title, footnotes=(note,)))
+                             title=title, footnotes=(*m.notes, note)))
     return out
 
 
@@ -119,6 +123,7 @@ def render_text(base: Run, comparisons: list[RunComparison], fmt: str, min_chang
     lines += [f"run: {_named(c.label, c.path)}" for c in comparisons]
     for t in tables(base, comparisons, min_change):
         lines += ["", f"## {t.title}", "", render_md(Table(t.headers, t.rows))]
+        lines += [f"no verdict: {n}" for n in t.footnotes[:-1]]  # the cell's own notes (the last is NOTE)
     if comparisons and not any(c.matches for c in comparisons):
         lines += ["", "no cell of the runs matches one of the baseline's (same lengths and load)"]
     unmatched = [u for c in comparisons for u in c.unmatched]

@@ -19,7 +19,15 @@ from loadgen.report.capacity import plot_capacity
 from loadgen.report.headline import about, title, verdict
 from loadgen.report.interactive import chart_specs, charts_html
 from loadgen.report.plots import write_plots
-from loadgen.report.summary import COLUMNS, breakdown_tables, cell_title, console_lines, latency_rows, repeats_table
+from loadgen.report.summary import (
+    COLUMNS,
+    breakdown_tables,
+    cell_title,
+    cell_warnings,
+    console_lines,
+    latency_rows,
+    repeats_table,
+)
 from loadgen.report.tables import Table
 from loadgen.report.views import published_tables
 from loadgen.results.records import read_records
@@ -36,6 +44,7 @@ caption { text-align: left; font-weight: 600; padding: 4px 0; }
 figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
 figure.interactive { max-width: 1100px; } .uchart { width: 100%; }
 .u-legend { font-size: 0.8em; } .u-legend .u-value { font-family: ui-monospace, monospace; }
+.warning { color: #8a4b00; }
 .figures, .note { font-family: ui-monospace, monospace; font-size: 0.85em; color: #444; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; font-size: 0.9em; }
 dt { font-weight: 600; } dd { margin: 0; font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
@@ -104,8 +113,17 @@ def _provenance(run_dir: Path) -> str:
         ("server", server.get("backend")), ("server command", " ".join(map(str, server.get("argv") or []))),
         ("server version", (server.get("engine") or {}).get("version")),
     ]
-    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows if v not in (None, "", []))
+    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(_text(v))}</dd>" for k, v in rows if v not in (None, "", [], {}))
     return f"<dl>{items}</dl>"
+
+
+def _text(value: Any) -> str:
+    """A provenance value as text: a mapping as ``key value; ...``, a list comma-separated."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k} {_text(v)}" for k, v in value.items() if v not in (None, "", [], {}))
+    if isinstance(value, list | tuple):
+        return ", ".join(_text(v) for v in value)
+    return str(value)
 
 
 def _cell_sections(summary: Summary) -> str:
@@ -121,6 +139,7 @@ def _cell_sections(summary: Summary) -> str:
         table = Table(("ms", *COLUMNS), rows, title=title)
         parts.append(table_html(table, "latency"))
         parts += [table_html(t, "breakdown") for t in breakdown_tables(cell)]
+        parts += [f'<p class="warning"><strong>Warning</strong>: {_e(w)}</p>' for w in cell_warnings(cell)]
     return "".join(parts)
 
 
@@ -152,6 +171,9 @@ def render_html(summary: Summary, run_dir: Path) -> str:
     interrupted = "<p><strong>Interrupted</strong>: figures cover what was measured before the stop.</p>"
     heading = title(summary)
     found = "".join(f'<p class="verdict"><strong>{_e(line)}</strong></p>' for line in verdict(summary))
+    # a search's answer rests on its probes: their warnings stand beside it
+    found += "".join(f'<p class="warning"><strong>Warning</strong>: probe {c.number}: {_e(w)}</p>'
+                     for c in summary.cells if c.probe is not None for w in cell_warnings(c))
     tested = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in about(summary))
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'

@@ -15,7 +15,8 @@ from loadgen.engines.catalogue import load_catalogue, resolve_setting
 from loadgen.engines.registry import ENGINES, SIM, engine_of_server
 from loadgen.report.tables import Table
 from loadgen.results.cellstatus import ServerInfo
-from loadgen.results.summary import CellSummary, Distribution, Summary
+from loadgen.results.figures import Distribution
+from loadgen.results.summary import CellSummary, Summary
 
 QUANT_LABELS: dict[str, str] = {
     "bf16": "BF16", "fp16": "FP16", "fp32": "FP32", "gptq-int8": "GPTQ-Int8", "gptq-int4": "GPTQ-Int4",

@@ -38,10 +38,12 @@ import yaml
 from loadgen import __version__
 from loadgen.data import Unchecked
 from loadgen.report.headline import workload_text
+from loadgen.report.summary import cell_warnings
+from loadgen.results.figures import Distribution
 from loadgen.results.metrics import distribution
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import PROVENANCE, RECORDS, SCENARIO, read_json
-from loadgen.results.summary import CellSummary, Distribution, Summary
+from loadgen.results.summary import CellSummary, Summary
 
 VERSION = "0.2.1"
 
@@ -107,10 +109,18 @@ def _load(cell: CellSummary, scenario: Unchecked, workers: int) -> dict[str, Any
         "concurrency": p["concurrency"] if isinstance(p.get("concurrency"), int) else None,
     }
     if isinstance(multi, dict):
-        standardized["multi_turn"] = {"enabled": True,
-                                      "max_turns": {"distribution": "fixed", "value": int(multi.get("turns", 1))}}
+        standardized["multi_turn"] = {"enabled": True, "max_turns": _max_turns(cell, multi.get("turns"))}
     return {"metadata": {"schema_version": "0.0.1", "cfg_id": _hash([p, scenario]), "description": workload_text(p)},
             "standardized": standardized, "native": {"config": scenario}}
+
+
+def _max_turns(cell: CellSummary, turns: object) -> dict[str, Any] | None:
+    """Generated sessions have ``turns`` each; a session file's vary, up to the most turns any of
+    its sessions had in this cell (its per-turn figures, turn 0 the first), unknown where none finished."""
+    if isinstance(turns, int):
+        return {"distribution": "fixed", "value": turns}
+    seen = 1 + max((t.value for t in cell.metrics.turns), default=-1) if cell.metrics and cell.metrics.turns else 0
+    return {"distribution": "other", "value": seen, "max": seen} if seen else None
 
 
 def _series(cell: CellSummary, start: datetime | None, origin: float) -> dict[str, Any] | None:
@@ -136,6 +146,13 @@ def _series(cell: CellSummary, start: datetime | None, origin: float) -> dict[st
         "throughput": {"units": "tokens/s", "output_token_rate": {"units": "tokens/s", "series": points(
             [(origin + x.start_s, {"value": x.output_tokens_per_s}) for x in w])}},
     }
+
+
+def _described(scenario: str, cell: CellSummary) -> str:
+    """The run's description: the scenario's name, then the cell's warnings as loadgen's console,
+    report.md and report.html give them (the schema has no field of its own for them)."""
+    said = cell_warnings(cell)
+    return scenario if not said else f"{scenario}; warnings: " + "; ".join(said)
 
 
 def benchmark_reports(summary: Summary, run_dir: Path) -> list[dict[str, Any]]:
@@ -167,7 +184,7 @@ def benchmark_reports(summary: Summary, run_dir: Path) -> list[dict[str, Any]]:
         report = {
             "version": VERSION,
             "run": {"uid": f"{run_dir.name}-cell-{cell.number}", "eid": run_dir.name, "time": time,
-                    "description": summary.scenario, "keywords": ["loadgen"]},
+                    "description": _described(summary.scenario, cell), "keywords": ["loadgen"]},
             "scenario": {"stack": stack, "load": _load(cell, scenario, workers)},
             "results": {"request_performance": {
                 "aggregate": {

@@ -27,9 +27,10 @@ from loadgen.report.layouts import (
     speed_of,
     varying_axes,
 )
+from loadgen.results.figures import Distribution
 from loadgen.results.records import read_records
 from loadgen.results.rundir import RECORDS
-from loadgen.results.summary import Distribution, Summary
+from loadgen.results.summary import Summary
 
 
 def plot_speed(summary: Summary, path: Path) -> Path | None:

@@ -11,6 +11,7 @@ from itertools import accumulate
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Column
 
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
@@ -75,13 +76,25 @@ class LiveRate:
 WIDE = 110  # the whole line: lengths, bar, done / total, tok/s, TTFT, errors, time
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds as the line shows them: a tenth below 100 ms, whole ones above (124,674)."""
+    ms = seconds * 1e3
+    return f"{ms:,.1f}" if ms < 100 else f"{ms:,.0f}"
+
+
 def _ttft_text(ttfts: list[float]) -> str:
     """``p50/p99`` in ms of the latest requests' TTFT (s)."""
     if not ttfts:
         return "-"
     ordered = sorted(ttfts)
     p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-    return f"{statistics.median(ordered) * 1e3:,.1f}/{p99 * 1e3:,.1f}"
+    return f"{_ms(statistics.median(ordered))}/{_ms(p99)}"
+
+
+def _text(template: str, wraps: bool) -> TextColumn:
+    """A column of text; one that ``wraps`` goes onto a second line where a narrow terminal cannot
+    hold the whole line: a figure is never cut short ("1…")."""
+    return TextColumn(template, table_column=Column(no_wrap=False, overflow="fold") if wraps else None)
 
 
 class ProgressObserver:
@@ -93,10 +106,10 @@ class ProgressObserver:
         self.narrow = console.width < WIDE
         # a cell's figures are one column (``_figures``): the line of a pool being made has none
         self.progress = Progress(
-            TextColumn("{task.description}"),
-            *(() if self.narrow else (BarColumn(),)),
+            _text("{task.description}", self.narrow),
+            *(() if self.narrow else (BarColumn(),)),  # (a wide line's bar gives way to its figures)
             MofNCompleteColumn(),
-            TextColumn("{task.fields[figures]}"),
+            _text("{task.fields[figures]}", self.narrow),
             TimeElapsedColumn(),
             console=console,
         )
@@ -176,7 +189,7 @@ class ProgressObserver:
         if self.task is not None and m is not None and m.output_throughput is not None:
             p50, p99 = m.ttft_s.p50, m.ttft_s.p99
             self.tps = f"{m.output_throughput:,.0f}"
-            self.ttft = "-" if p50 is None or p99 is None else f"{p50 * 1e3:,.1f}/{p99 * 1e3:,.1f}"
+            self.ttft = "-" if p50 is None or p99 is None else f"{_ms(p50)}/{_ms(p99)}"
             self._update()
 
     def close(self) -> None:

@@ -3,6 +3,8 @@ table renderer. Times are shown in ms."""
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -12,7 +14,8 @@ from loadgen.report.headline import cell_load, headline_md, load_text, workload_
 from loadgen.report.layouts import axis_title, axis_value, varying_axes
 from loadgen.report.narrow import fit, wrap_parts
 from loadgen.report.tables import Table, render_md
-from loadgen.results.summary import CellMetrics, CellSummary, Distribution, Summary
+from loadgen.results.figures import Distribution
+from loadgen.results.summary import CellMetrics, CellSummary, Summary
 
 LATENCIES: tuple[tuple[str, str], ...] = (
     ("ttft_s", "TTFT"),
@@ -96,9 +99,16 @@ def steady_line(m: CellMetrics) -> str | None:
                        f"in flight: mean {_num(s.mean_in_flight, 1)}", *ms])
 
 
-def _throughput_line(m: CellMetrics) -> str:
+def _throughput_line(cell: CellSummary) -> str:
+    m = cell.metrics
+    assert m is not None
     failures = ", ".join(f"{k} {v}" for k, v in m.failures_by_class.items()) or "none"
     parts = [f"completed {m.completed}/{m.requests}", f"failed {m.failed} ({failures})"]
+    if cell.status == "interrupted":  # the cell's figures are of what it sent before the stop
+        prompts = cell.params.get("num_prompts")
+        of = (f" of its {prompts}" if isinstance(prompts, int) and m.requests < prompts
+              and not str(cell.params.get("workload") or "").startswith("multi-turn") else "")
+        parts.insert(0, f"interrupted after {m.requests} requests{of}")
     if m.cancelled:
         parts.append(f"cancelled {m.cancelled}")
     if m.failed:
@@ -111,9 +121,13 @@ def _throughput_line(m: CellMetrics) -> str:
           if m.embeddings_per_s is not None else
           [f"output tok/s {_num(m.output_throughput, 1)}", f"total tok/s {_num(m.total_token_throughput, 1)}"]),
         f"in flight: peak {m.peak_in_flight}, mean {_num(m.mean_in_flight, 1)}",
-        *([] if m.valid_json is None else [f"valid JSON {m.valid_json:.1%}"]),
+        *([] if m.valid_json is None else [f"valid JSON {m.valid_json:.1%}" + (
+            f" ({m.json_cut} answers cut at max_tokens: raise workload.output_tokens)" if m.json_cut else "")]),
         *([f"images {m.image_bytes_total / 2**20:,.2f} MiB sent"] if m.image_bytes_total else []),
-        *([] if m.tool_calls is None else [
+        *([] if m.tool_calls is None or m.tool_calls.requests else [
+            "tool calls 0: no answer called a tool (check tool_choice, and that the engine parses calls: "
+            "serve.tool_parser)"]),
+        *([] if m.tool_calls is None or not m.tool_calls.requests else [
             f"tool calls {m.tool_calls.requests} ({m.tool_calls.tool_call_tokens_total} tokens, first token after "
             f"p50 {_ms(m.tool_calls.time_to_tool_call_s.get('p50'))} ms)"
             + ("" if m.tool_calls.as_expected is None else
@@ -160,7 +174,7 @@ def breakdown_tables(cell: CellSummary) -> list[Table]:
 def console_lines(summary: Summary) -> list[str]:
     """Each cell's line of figures (throughput, failures, goodput, cache) and a search's answer."""
     out = [
-        f"[{cell.number}] {_throughput_line(cell.metrics)}{_cache_text(cell)}"
+        f"[{cell.number}] {_throughput_line(cell)}{_cache_text(cell)}"
         for cell in summary.cells if cell.metrics is not None and cell.probe is None
     ]
     return out + list(answer_lines(summary))
@@ -179,13 +193,16 @@ def console_tables(summary: Summary, width: int = 400) -> list[RichTable | Text 
             continue
         rows = tuple(tuple(r) for r in latency_rows(cell))
         out += fit(Table(("ms", *COLUMNS), rows, title=cell_title(cell)), width, bold_first=True)
-        out.append(wrap_parts(_throughput_line(cell.metrics) + _cache_text(cell), width))
+        out.append(wrap_parts(_throughput_line(cell) + _cache_text(cell), width))
         if (steady := steady_line(cell.metrics)) is not None:
             out.append(wrap_parts(steady, width))
         for t in breakdown_tables(cell):
             out += fit(t, width)
+        out += [_wrapped(f"warning: {w}", width) for w in cell_warnings(cell)]
     for cap in summary.capacity:
         out += fit(probe_table(cap), width)
+    out += [_wrapped(f"warning: probe {c.number}: {w}", width)
+            for c in summary.cells if c.probe is not None for w in cell_warnings(c)]
     if len(summary.capacity) > 1:
         out += fit(capacity_table(summary), width)
     out += answer_lines(summary)
@@ -274,6 +291,18 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return render_md(Table(tuple(headers), tuple(tuple(r) for r in rows)))
 
 
+def _wrapped(text: str, width: int) -> str:
+    """A sentence broken between words to ``width`` columns (its later lines indented)."""
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)) or text
+
+
+def cell_warnings(cell: CellSummary) -> tuple[str, ...]:
+    """Every warning of a cell, as the console said it during the run: the client's self-check
+    verdict first, then the cell's own (the engine starved, the cache, the engine gap, ...)."""
+    client = cell.client.warning if cell.client is not None else None
+    return (*([client] if client else []), *cell.warnings)
+
+
 def render_markdown(summary: Summary) -> str:
     """``report.md``: a section per cell (latency table and throughput line) and the sweep."""
     parts = headline_md(summary)
@@ -293,12 +322,13 @@ def render_markdown(summary: Summary) -> str:
             parts += [cell.ending, ""]
             continue
         parts += [_md_table(["ms", *COLUMNS], latency_rows(cell)), ""]
-        parts += [_throughput_line(cell.metrics) + _cache_text(cell), ""]
+        parts += [_throughput_line(cell) + _cache_text(cell), ""]
         if (steady := steady_line(cell.metrics)) is not None:
             parts += [steady, ""]
         for t in breakdown_tables(cell):
             parts += [f"{t.title}", "", render_md(t), ""]
-        parts += [f"**Warning**: {w}" for w in cell.warnings] + ([""] if cell.warnings else [])
+        said = cell_warnings(cell)
+        parts += [f"**Warning**: {w}" for w in said] + ([""] if said else [])
     if summary.capacity:
         parts += ["## Capacity", ""]
         for cap in summary.capacity:

@@ -176,7 +176,12 @@ def after_first_wave(records: Sequence[RequestRecord], wave: int) -> tuple[list[
     measured = [r for r in records if not r.warmup]
     if wave <= 0 or len(measured) < 2 * wave:
         return measured, 0
-    kept = [r for r in measured if r.request_id >= wave]
+    # the first sent, not the lowest numbered: Locust's master numbers records as its workers'
+    # reports arrive, across the whole run (loadgen run's closed loop numbers them as sent)
+    never = float("inf")
+    by_send = sorted(measured, key=lambda r: (never if r.sent_at is None else r.sent_at, r.request_id))
+    first = {id(r) for r in by_send[:wave]}
+    kept = [r for r in measured if id(r) not in first]
     return kept, len(measured) - len(kept)
 
 

@@ -8,10 +8,6 @@ from dataclasses import asdict, dataclass, fields
 
 from loadgen.data import Unchecked
 
-# a status line's status: a search's probe has a "started" line before its end; a cell a
-# --resume measures again gets a "set-aside" line
-STATUSES = ("started", "done", "failed", "skipped", "interrupted", "set-aside")
-
 
 @dataclass(frozen=True, slots=True)
 class SettingValues:
@@ -114,6 +110,8 @@ class CellStatus:
     """One line of ``cells.jsonl``: how a cell ended, on which server."""
 
     cell: int
+    # started (a search's probe, before its end), done, failed, skipped, interrupted, or
+    # set-aside (a cell a --resume measures again)
     status: str
     reason: str | None = None
     server: ServerInfo | None = None

@@ -22,6 +22,10 @@ SEND_LAG_P99_MS = 5.0
 CPU_SHARE = 0.90
 # a lagging loop while the client used less than this share of a core: starved, not saturated
 STARVED_SHARE = 0.5
+# ... and only if the kernel says its loop's thread waited on a run queue for over this share of
+# the time (10 ms a second: another process held its core); an idle client waits well under
+# 1 ms a second, one sharing its core with a busy process 200 to 400 ms
+QUEUED_SHARE = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,9 @@ class ClientHealth:
     # read, is not in the figures) or "loop" (the event loop's clock, when it got to the socket)
     clock: str = "loop"
     client_delay_ms: Spread | None = None  # kernel clock: how long after arriving reads were handled
+    # the most, over the client's processes, that its loop's thread waited for a core, ms a
+    # second (the kernel's scheduler statistics; None where the kernel does not say)
+    queued_ms_per_s: float | None = None
     # reads that carried more than one token-bearing event (their tokens share one time)
     coalesced_reads: int = 0
 
@@ -76,9 +83,20 @@ class ClientHealth:
             said = "its TTFT / ITL include the client's own delay"
         return said if self.coalesced is None else f"{said}; {self.coalesced}"
 
+    @property
+    def warning(self) -> str | None:
+        """The self-check's verdict as a cell's warning, where the client was not ok."""
+        if not self.client_bound:
+            return None
+        what = {"starved": "the client was starved", "saturated": "the client was saturated (client-bound)"}.get(
+            self.verdict, "the client lagged")
+        return f"{what} ({'; '.join(self.reasons)}): {self.effect}; {self.advice}"
+
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["hogs"], out["reasons"] = [asdict(h) for h in self.hogs], list(self.reasons)
+        if self.queued_ms_per_s is None:  # not measured (not Linux, or a run directory from before)
+            del out["queued_ms_per_s"]
         out["thresholds"] = {"loop_lag_p99_ms": LOOP_LAG_P99_MS, "send_lag_p99_ms": SEND_LAG_P99_MS,
                              "cpu_share": CPU_SHARE}
         return out
@@ -100,6 +118,7 @@ class ClientHealth:
             read_us_mean=data.get("read_us_mean"), client_bound=bool(data.get("client_bound")),
             reasons=tuple(data.get("reasons") or ()), advice=data.get("advice"), clock=str(data.get("clock", "loop")),
             client_delay_ms=spread(data.get("client_delay_ms")), coalesced_reads=int(data.get("coalesced_reads", 0)),
+            queued_ms_per_s=None if data.get("queued_ms_per_s") is None else float(data["queued_ms_per_s"]),
         )
 
 
@@ -129,13 +148,23 @@ def client_health(
         return None
     lags = [x for s in values for x in s.loop_lag_ms]
     per_worker: dict[int, list[float]] = {}
+    queued: dict[int, list[float]] = {}
     for s in values:
         acc = per_worker.setdefault(s.worker, [0.0, 0.0])
         acc[0] += s.cpu_s
         acc[1] += s.wall_s
+        if s.queued_ms is not None:
+            q = queued.setdefault(s.worker, [0.0, 0.0])
+            q[0] += s.queued_ms
+            q[1] += s.wall_s
     workers = len(per_worker)
     cpu_s = sum(c for c, _ in per_worker.values())
     share = max((c / w for c, w in per_worker.values() if w > 0), default=0.0)
+    # known only where every process's samples carry it (a run directory from before has none)
+    queued_per_s = (max((ms / w for ms, w in queued.values() if w > 0), default=0.0)
+                    if queued and len(queued) == workers else None)
+    # the kernel saw the loop's thread kept from its core (or cannot say)
+    kept_waiting = queued_per_s is None or queued_per_s > QUEUED_SHARE * 1e3
     reads = sum(s.reads for s in values)
     read_ms = sum(s.read_ms for s in values)
     send = None
@@ -150,10 +179,14 @@ def client_health(
         delay = Spread(delay.p50, delay.p99, max(s.delay_max_ms or 0.0 for s in stamped))
     lag = delay if delay is not None else loop
     reasons = []
-    if delay is not None and delay.p99 > LOOP_LAG_P99_MS:
-        reasons.append(f"client delay p99 {delay.p99:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
-    elif delay is None and loop is not None and loop.p99 > LOOP_LAG_P99_MS:
-        reasons.append(f"event-loop lag p99 {loop.p99:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
+    lag_p99 = lag.p99 if lag is not None else 0.0
+    late = lag_p99 > LOOP_LAG_P99_MS
+    # kernel stamps keep the client's delay out of the figures: it limited the cell only if it
+    # was busy (saturated) or kept from its core, not if it merely woke late
+    if delay is not None and late and (share > CPU_SHARE or kept_waiting):
+        reasons.append(f"client delay p99 {lag_p99:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
+    elif delay is None and late:
+        reasons.append(f"event-loop lag p99 {lag_p99:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
     if send is not None and send.p99 > SEND_LAG_P99_MS:
         reasons.append(f"send lag p99 {send.p99:.1f} ms > {SEND_LAG_P99_MS:g} ms")
     if share > CPU_SHARE:
@@ -172,9 +205,10 @@ def client_health(
         more = max(workers + 1, math.ceil(workers * max(share, 1.0) * max(per_read, 1.0) / 0.6))
         advice = (f"the client, not the server, limited this cell: set load.workers: {more} "
                   "(or auto), or spread the load over hosts with loadgen locust --master")
-    elif lag is not None and lag.p99 > LOOP_LAG_P99_MS and share < STARVED_SHARE:
+    elif late and share < STARVED_SHARE and kept_waiting and bound:
         verdict = "starved"
-        reasons.append(f"while the client itself used only {share:.0%} of a core")
+        waited = "" if queued_per_s is None else f", and its thread waited {queued_per_s:.0f} ms a second for one"
+        reasons.append(f"while the client itself used only {share:.0%} of a core{waited}")
         who = ", ".join(f"{h.name} (pid {h.pid}, {h.cpu_share:.0%} of a core)" for h in hogs)
         advice = (
             "another process held the client's core" + (f": {who}" if who else "")
@@ -182,6 +216,12 @@ def client_health(
             "client; load.client_cpus chooses the client's), or free a core; more workers would only add "
             "to the contention"
         )
+    elif bound and late and queued_per_s is not None and not kept_waiting:
+        verdict = "lagging"
+        advice = (f"the client's event loop fell behind, yet its thread waited only {queued_per_s:.1f} ms a "
+                  "second for its core (the kernel's scheduler statistics): no process held it; the machine "
+                  "woke it late (an idle virtual CPU) or the client paused; kernel receive stamps "
+                  "(load.clock: kernel, on plain http) keep that out of the figures")
     elif bound:
         verdict = "lagging"
         advice = ("the client's event loop fell behind though no process was seen holding its core: "
@@ -191,4 +231,5 @@ def client_health(
         cpu_share_max=round(share, 4), reads=reads, read_us_mean=round(read_ms * 1e3 / reads, 3) if reads else None,
         client_bound=bound, reasons=tuple(reasons), advice=advice, clock="kernel" if stamped else "loop",
         client_delay_ms=delay, coalesced_reads=sum(r.coalesced_reads for r in records if not r.warmup),
+        queued_ms_per_s=None if queued_per_s is None else round(queued_per_s, 3),
     )

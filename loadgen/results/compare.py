@@ -10,8 +10,8 @@ seed, so the same runs always give the same intervals):
 
 - TTFT, TPOT and E2E percentiles: the requests, resampled with replacement (above 2,000
   requests, the resampled percentile's rank is drawn from its normal limit instead);
-- ITL percentiles: the pooled gaps, resampled one by one (gaps of one stream are taken as
-  independent, which narrows the interval somewhat);
+- ITL percentiles: the requests resampled whole, each drawn request bringing all its gaps (the
+  gaps of one stream are correlated: resampled one by one, they give an interval too narrow);
 - a percentile gets no interval from fewer values than can bound it at all (368 for a p99,
   6 for a p50): its verdict is "too few values";
 - requests/s and output tokens/s: in a closed loop, the requests in flight over the mean E2E
@@ -20,14 +20,17 @@ seed, so the same runs always give the same intervals):
 
 The interval is that of the relative change (run / baseline - 1). It holds the sampling noise
 within each run, not the drift of a machine between runs: a change whose interval excludes
-zero but which is smaller than ``min_change`` is no significant change.
+zero but which is smaller than ``min_change`` is no significant change. Where either run's
+self-check found its client or its engine starved, or the two cells ran different loads (a
+closed loop's peak or mean in flight apart by more than a tenth), no change is called better or
+worse: the cell's notes say why.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +47,8 @@ MIN_REQUESTS_FOR_RATE = 8
 MIN_CHANGE = 0.02
 SEED = 20261126
 BETTER, WORSE, SAME, FEW, UNKNOWN = "better", "worse", "within noise", "too few values", "not measured"
+NOT_JUDGED = "no verdict"  # a change not judged: the cell's notes say why
+LOAD_APART = 0.10  # two closed loops whose peak or mean in flight differ by more ran different loads
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +94,16 @@ class CellMatch:
     requests: int
     changes: tuple[Change, ...]
     by_repeats: bool = False  # the changes come from both runs' repeats, not from one cell's requests
+    # why its changes get no verdict (a starved client or engine, different loads), or what a
+    # reader should know of its match
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         counted = "repeats" if self.by_repeats else "requests"
         return {"params": self.params, "baseline_cell": self.base_cell, "cell": self.cell,
                 f"baseline_{counted}": self.base_requests, counted: self.requests,
                 "interval": "Student's t over the repeats" if self.by_repeats else "bootstrap over the requests",
-                "changes": [c.to_dict() for c in self.changes]}
+                "notes": list(self.notes), "changes": [c.to_dict() for c in self.changes]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,8 +194,14 @@ def _compare_repeats(base: Run, run: Run, min_change: float) -> RunComparison:
             continue
         changes = tuple(_from_repeats(m, b.figures.get(_figure(m)), g.figures.get(_figure(m)), min_change)
                         for m in METRICS)
+        # a repeat whose client or engine was starved: its figure holds that delay
+        notes = tuple(dict.fromkeys(
+            n for side, group in ((base, b), (run, g)) for c in side.summary.cells if c.number in group.cells
+            for n in unjudged(c, c, side.label, side.label) if "different loads" not in n))
+        if notes:
+            changes = tuple(_unjudged(c) for c in changes)
         matches.append(CellMatch(dict(g.params), b.cells[0], g.cells[0], len(b.cells), len(g.cells), changes,
-                                 by_repeats=True))
+                                 by_repeats=True, notes=notes))
     unmatched += [f"{base.label}: cells {','.join(map(str, g.cells))}: {run.label} has no repeats with these "
                   "parameters" for g in groups.values()]
     return RunComparison(run.label, run.path, tuple(matches), tuple(unmatched))
@@ -216,7 +230,10 @@ def compare(base: Run, run: Run, min_change: float = MIN_CHANGE) -> RunCompariso
             continue
         b_rec, rec = base.records.get(b.cell, []), run.records.get(cell.cell, [])
         changes = tuple(_change(m, b, cell, b_rec, rec, rng, min_change) for m in METRICS)
-        matches.append(CellMatch(dict(cell.params), b.number, cell.number, len(b_rec), len(rec), changes))
+        notes = unjudged(b, cell, base.label, run.label)
+        if notes:
+            changes = tuple(_unjudged(c) for c in changes)
+        matches.append(CellMatch(dict(cell.params), b.number, cell.number, len(b_rec), len(rec), changes, notes=notes))
     unmatched = [f"{run.label}: cell {c.number} ({_params(c)}): the baseline has no cell with these parameters"
                  for k, c in cells.items() if k not in base_cells]
     unmatched += [f"{base.label}: cell {c.number} ({_params(c)}): {run.label} has no cell with these parameters"
@@ -226,8 +243,85 @@ def compare(base: Run, run: Run, min_change: float = MIN_CHANGE) -> RunCompariso
     return RunComparison(run.label, run.path, tuple(matches), tuple(unmatched))
 
 
+def unjudged(base: CellSummary, cell: CellSummary, base_label: str, label: str) -> tuple[str, ...]:
+    """Why two matched cells' changes cannot be called better or worse: either side's client or
+    engine starved by other programs (its figures hold their delay), or a closed loop that ran a
+    different load than its match (peak or mean in flight more than ``LOAD_APART`` apart)."""
+    notes = []
+    for name, c in ((base_label, base), (label, cell)):
+        if c.client is not None and c.client.verdict != "ok":
+            notes.append(f"{name}: the client was {c.client.verdict} (its self-check): a verdict needs both "
+                         "runs measured with the client's core its own")
+        if c.engine_cores is not None and c.engine_cores.starved:
+            notes.append(f"{name}: the engine was starved: other programs took {c.engine_cores.others_share:.0%} "
+                         "of its cores")
+    a, b = base.metrics, cell.metrics
+    if a is not None and b is not None and not base.open_loop and not cell.open_loop:
+        for what, x, y in (("peak", a.peak_in_flight, b.peak_in_flight),
+                           ("mean", a.mean_in_flight, b.mean_in_flight)):
+            if x and y and abs(x - y) > LOAD_APART * max(x, y):
+                notes.append(f"the cells ran different loads: {what} in flight {x:.3g} in {base_label}, "
+                             f"{y:.3g} in {label}")
+                break
+    return tuple(notes)
+
+
+def _unjudged(c: Change) -> Change:
+    return replace(c, verdict=NOT_JUDGED) if c.verdict in (BETTER, WORSE, SAME) else c
+
+
 def _params(cell: CellSummary) -> str:
     return ", ".join(f"{k} {v}" for k, v in cell.params.items() if v is not None and k != "num_prompts")
+
+
+MAX_DRAWN_VALUES = 20_000_000  # sorted gaps times draws weighed at once (about 80 MB of counts)
+
+
+def _itl_draws(records: Sequence[RequestRecord], q: float, rng: np.random.Generator) -> np.ndarray | None:
+    """``DRAWS`` bootstrap values of the ``q``-th percentile of the pooled ITL gaps (ms), the
+    requests resampled whole: each draw takes n requests with replacement and pools their gaps.
+    A draw's percentile is np.percentile's (linear between the two closest ranks) of that pool,
+    read from the gaps sorted once, each weighted by how often its request was drawn. Only the
+    sorted gaps near the pooled percentile are weighed (a window wide enough for any plausible
+    draw, the gaps below it counted per request); a draw whose percentile falls outside is read
+    from all of them."""
+    parts = [itl_values(r) * 1e3 for r in records]
+    parts = [p for p in parts if p.size]
+    n, total = len(parts), sum(p.size for p in parts)
+    if n < 2 or total < max(2, bounded_above_from(q)):
+        return None
+    sizes = np.asarray([p.size for p in parts], dtype=np.int64)
+    owner = np.repeat(np.arange(n), sizes)
+    order = np.argsort(np.concatenate(parts), kind="stable")
+    gaps, owner = np.concatenate(parts)[order], owner[order]
+    # the window: four times the rank's spread were every request's gaps one value (the most they
+    # can move together)
+    p = q / 100
+    centre = int(p * (total - 1))
+    half = int(4 * math.sqrt(total * p * (1 - p) + 1) * math.sqrt(total / n)) + 2
+    lo_at, hi_at = max(0, centre - half), min(total, centre + half)
+    below = np.bincount(owner[:lo_at], minlength=n)  # each request's gaps under the window
+    out = np.empty(DRAWS)
+    step = max(1, MAX_DRAWN_VALUES // (hi_at - lo_at))
+    for start in range(0, DRAWS, step):
+        d = min(step, DRAWS - start)
+        picks = rng.integers(0, n, size=(d, n))
+        counts = np.bincount((picks + n * np.arange(d)[:, None]).ravel(), minlength=d * n).reshape(d, n)
+        pooled, under = counts @ sizes, counts @ below
+        rank = (pooled - 1) * p
+        first = np.floor(rank).astype(np.int64)
+        frac = rank - first
+        second = np.minimum(first + 1, pooled - 1)
+        cum = under[:, None] + np.cumsum(counts[:, owner[lo_at:hi_at]], axis=1)
+        inside = (under <= first) & (second < cum[:, -1])
+        a = lo_at + (cum <= first[:, None]).sum(axis=1)
+        b = lo_at + (cum <= second[:, None]).sum(axis=1)
+        for k in np.flatnonzero(~inside):  # outside the window: all the gaps
+            whole = np.cumsum(counts[k, owner])
+            a[k] = int(np.searchsorted(whole, first[k], side="right"))
+            b[k] = int(np.searchsorted(whole, second[k], side="right"))
+        out[start:start + d] = gaps[a] + frac * (gaps[b] - gaps[a])
+    return out
 
 
 def _values(records: Sequence[RequestRecord], metric: Metric) -> np.ndarray:
@@ -294,7 +388,10 @@ def _change(
         b_vals, vals = _values(base, metric), _values(run, metric)
         point_b = float(np.percentile(b_vals, metric.q)) if b_vals.size else None
         point = float(np.percentile(vals, metric.q)) if vals.size else None
-        b_draws, draws = _draws(b_vals, metric.q, rng), _draws(vals, metric.q, rng)
+        if metric.key.startswith("itl"):
+            b_draws, draws = _itl_draws(base, metric.q, rng), _itl_draws(run, metric.q, rng)
+        else:
+            b_draws, draws = _draws(b_vals, metric.q, rng), _draws(vals, metric.q, rng)
     if point_b is None or point is None or point_b <= 0:
         return Change(metric.key, metric.label, point_b, point, None, None, None, UNKNOWN)
     change = point / point_b - 1

@@ -13,8 +13,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from loadgen.results.figures import ChunkDiscrepancy, Distribution, Reasoning
 from loadgen.results.records import RequestRecord
-from loadgen.results.summary import Breakdown, CellMetrics, ChunkDiscrepancy, Distribution, Reasoning
+from loadgen.results.summary import Breakdown, CellMetrics
 from loadgen.results.toolcalls import ToolCalls
 from loadgen.scenario.schema import Slo
 
@@ -80,12 +81,14 @@ def in_flight(records: Sequence[RequestRecord]) -> tuple[int, float | None]:
 
 def summarize(
     records: Iterable[RequestRecord], slo: Slo | None = None, *, breakdown: bool = True, open_loop: bool = True,
+    tools: bool = False,
 ) -> CellMetrics:
     """The metrics of one cell (``summary.json: cells[].metrics``); ``breakdown``: with the
     figures per turn and per stage where the records have them; ``open_loop``: requests were
     sent on a schedule (a rate), so TTFT from the schedule and the send lag mean lateness. In a
     closed loop a request's schedule is the moment the run started it, and the time it waited
-    for a free slot is the concurrency limit at work: those figures are left empty."""
+    for a free slot is the concurrency limit at work: those figures are left empty. ``tools``:
+    the requests offered tools, so the tool calls are counted even where no answer called one."""
     measured = [r for r in records if not r.warmup]
     # a success: an answer with tokens, or an embeddings answer with its vectors
     ok = [r for r in measured if r.answered]
@@ -162,7 +165,7 @@ def summarize(
     metrics = replace(metrics, peak_in_flight=peak, mean_in_flight=mean)
     calls = [r for r in ok if r.first_tool_call_at is not None and r.sent_at is not None]
     expected = [r.expected_tool_call for r in ok if r.expected_tool_call is not None]
-    if calls or expected:
+    if calls or expected or (tools and ok):
         waits = distribution(r.first_tool_call_at - r.sent_at for r in calls)  # type: ignore[operator]
         metrics = replace(metrics, tool_calls=ToolCalls(len(calls), sum(r.tool_call_tokens for r in calls), {
             k: waits.get(k) for k in ("mean", "p50", "p90", "p99")}, len(expected),
@@ -172,7 +175,8 @@ def summarize(
     if images := sum(r.image_bytes for r in measured if r.sent_at is not None):
         metrics = replace(metrics, image_bytes_total=images)
     if checked := [r.valid_json for r in ok if r.valid_json is not None]:
-        metrics = replace(metrics, valid_json=sum(checked) / len(checked))
+        cut = sum(1 for r in ok if r.valid_json is False and r.max_tokens and r.output_tokens >= r.max_tokens)
+        metrics = replace(metrics, valid_json=sum(checked) / len(checked), json_cut=cut)
     thinking = [r for r in ok if r.reasoning_tokens > 0]
     if thinking:
         metrics = replace(metrics, reasoning=Reasoning(

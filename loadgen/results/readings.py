@@ -103,6 +103,10 @@ class ClientReading:
     delay_ms: tuple[float, ...] = ()
     delay_max_ms: float | None = None
     delayed_reads: int = 0
+    # the kernel's scheduler statistics of the thread that runs the event loop: how long it
+    # waited on a run queue, runnable but not running, over the interval (None where the
+    # kernel does not say: not Linux)
+    queued_ms: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -110,6 +114,8 @@ class ClientReading:
             del out["hogs"]
         if self.delay_max_ms is None:
             del out["delay_ms"], out["delay_max_ms"], out["delayed_reads"]
+        if self.queued_ms is None:
+            del out["queued_ms"]
         return out
 
     @classmethod
@@ -122,6 +128,7 @@ class ClientReading:
             tuple(float(x) for x in data.get("delay_ms") or ()),
             None if data.get("delay_max_ms") is None else float(data["delay_max_ms"]),
             int(data.get("delayed_reads", 0)),
+            None if data.get("queued_ms") is None else float(data["queued_ms"]),
         )
 
 

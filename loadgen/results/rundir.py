@@ -54,7 +54,7 @@ from loadgen.results.samples import (
     summarize_server_metrics,
 )
 from loadgen.results.summary import CellMetrics, CellSummary, RequestBounds, Summary, short_of_load
-from loadgen.results.windows import DEFAULT_WIDTH_S, steady_state, time_windows
+from loadgen.results.windows import DEFAULT_WIDTH_S, steady_state, time_windows, window_width
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell, SearchLine, expand_cells, search_lines
 from loadgen.scenario.redact import as_recorded, dump_scenario, redact_labels
@@ -95,6 +95,7 @@ def over_time(metrics: CellMetrics, records: list[RequestRecord], point: Scenari
     width = point.report.window_s or DEFAULT_WIDTH_S
     if point.report.windows is not None:
         width = max(metrics.duration_s / point.report.windows, 1e-3)
+    width = window_width(records, width)
     windows = time_windows(records, width)
     return replace(metrics, windows=windows,
                    steady_state=steady_state(records, windows, width, point.slo, open_loop))
@@ -131,11 +132,13 @@ def cell_summary(
             "repeats them), so TTFT is below a cold prefill's; let loadgen draw the seed, or set "
             "load.reset_cache: between-cells"
         )
-    metrics = summarize(records, point.slo, open_loop=cell.open_loop) if measured else None
+    metrics = (summarize(records, point.slo, open_loop=cell.open_loop, tools=point.workload.tools is not None)
+               if measured else None)
     if metrics is not None:
         metrics = over_time(metrics, records, point, cell.open_loop)
     gaps = engine_gaps(metrics, server_metrics)
-    warnings += gap_warnings(gaps, metrics.completed if metrics is not None else 0)
+    calls = metrics.tool_calls.requests if metrics is not None and metrics.tool_calls is not None else 0
+    warnings += gap_warnings(gaps, metrics.completed if metrics is not None else 0, calls)
     if metrics is not None and metrics.connection_retries:
         warnings.append(
             f"{metrics.connection_retries} requests were sent again on a new connection: the server closed a "
@@ -230,13 +233,20 @@ def probe_cells(lines: Sequence[SearchLine], statuses: dict[int, CellStatus]) ->
     return cells
 
 
+def taken_message(run_dir: Path, resumable: bool = True) -> str:
+    """Why ``run_dir`` cannot take a new run, and what to do (a Locust test cannot continue one)."""
+    return (f"{run_dir}: already holds a run ({RECORDS}); choose another --out"
+            + (", remove it, or continue it with --resume" if resumable else " or remove it"))
+
+
 class RunDirWriter:
     """A run directory being written, by ``loadgen run`` or by a Locust run, and the only code
     that writes one: claims the directory, then appends records, cell statuses and samples as
     they come and rewrites the scenario, provenance, summary and report atomically whenever
     they change."""
 
-    def __init__(self, run_dir: Path, *, resume: bool = False, lock: Path | None = None) -> None:
+    def __init__(self, run_dir: Path, *, resume: bool = False, lock: Path | None = None,
+                 resumable: bool = True) -> None:
         self.lock = lock or claim(run_dir)
         try:
             for name in (RECORDS, CELLS, SAMPLES):
@@ -246,10 +256,7 @@ class RunDirWriter:
                         "directory; remove it, or choose another --out"
                     )
             if not resume and (run_dir / RECORDS).exists():
-                raise UsageError(
-                    f"{run_dir}: already holds a run ({RECORDS}); choose another --out, remove it, "
-                    "or continue it with --resume"
-                )
+                raise UsageError(taken_message(run_dir, resumable))
             self.run_dir = run_dir
             self.records = RecordWriter(run_dir / RECORDS)
             self.cells = CellStatusLog(run_dir)
@@ -367,10 +374,15 @@ def set_aside_records(run_dir: Path, keep: set[int]) -> None:
             continue
         kept: list[bytes] = []
         aside: list[bytes] = []
-        for line in path.read_bytes().splitlines(keepends=True):
+        for n, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
             if not line.endswith(b"\n"):
                 continue  # cut short by a crash
-            (kept if orjson.loads(line)["cell"] in keep else aside).append(line)
+            try:
+                cell = orjson.loads(line)["cell"]
+            except (orjson.JSONDecodeError, TypeError, KeyError):
+                raise RunDirError(f"{path}: line {n} is not a record of a cell; the file is damaged: restore it, "
+                                  "or remove that line (its request is then left out)") from None
+            (kept if cell in keep else aside).append(line)
         if aside:
             kept_aside = AppendFile(run_dir / name.replace(".jsonl", ".set-aside.jsonl"))
             try:
@@ -380,8 +392,12 @@ def set_aside_records(run_dir: Path, keep: set[int]) -> None:
         write_file(path, b"".join(kept))
 
 
-def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
-    """``summary.json`` re-derived from the run directory's records, statuses and probe samples."""
+NOT_STARTED = "the run ended before this cell started"
+
+
+def build_summary_from_dir(run_dir: Path, scenario: Scenario, *, read_back: bool = False) -> Summary:
+    """``summary.json`` re-derived from the run directory's records, statuses and probe samples;
+    ``read_back`` (``loadgen report``): a run that ended unfinished lists the cells it never started."""
     by_cell: dict[int, list[RequestRecord]] = defaultdict(list)
     if (run_dir / RECORDS).is_file():
         try:
@@ -397,10 +413,17 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
     probes = read_samples(run_dir / SAMPLES)
     entries = []
     lines = search_lines(scenario)
-    for cell in [*expand_cells(scenario), *probe_cells(lines, statuses)]:
+    planned = expand_cells(scenario)
+    # a run that wrote no summary ended without finishing (killed, or its disk full): unfinished
+    # where a planned cell has no final status
+    unfinished = not (run_dir / SUMMARY).is_file() and any(
+        (st := statuses.get(c.index)) is None or st.status in ("started", "interrupted") for c in planned)
+    for cell in [*planned, *probe_cells(lines, statuses)]:
         status = statuses.get(cell.index)
         if status is None or status.status == "started":
             if cell.index not in by_cell:
+                if read_back and unfinished and status is None and cell.search is None:
+                    entries.append(cell_summary(cell, [], CellStatus(cell.index, "interrupted", NOT_STARTED), {}))
                 continue
             status = replace(status or CellStatus(cell.index, ""), status="done" if legacy else "interrupted")
         entries.append(cell_summary(cell, by_cell.get(cell.index, []), status, probes.get(cell.index, {})))
@@ -414,7 +437,7 @@ def build_summary_from_dir(run_dir: Path, scenario: Scenario) -> Summary:
         raise RunDirError(f"{run_dir}: provenance.json and summary.json must hold JSON objects")
     return assemble_summary(
         scenario, entries, lines, model=provenance.get("model", stored.get("model")),
-        interrupted=bool(stored.get("interrupted", False)), aborted=stored.get("aborted") or None,
+        interrupted=bool(stored.get("interrupted", False)) or unfinished, aborted=stored.get("aborted") or None,
         resumed=len(provenance.get("resumed_wall") or ()),
     )
 
@@ -452,4 +475,4 @@ def load_scenario_of(run_dir: Path) -> Scenario:
 
 def rebuild_summary(run_dir: Path) -> Summary:
     """Re-derive ``summary.json`` from ``scenario.resolved.yaml``, records, statuses and probes."""
-    return build_summary_from_dir(run_dir, load_scenario_of(run_dir))
+    return build_summary_from_dir(run_dir, load_scenario_of(run_dir), read_back=True)

@@ -16,73 +16,14 @@ from loadgen.data import Labels, Unchecked
 from loadgen.results.cellstatus import AppliedUsers, ServerInfo
 from loadgen.results.clienthealth import ClientHealth
 from loadgen.results.enginecores import EngineCores
+from loadgen.results.figures import ChunkDiscrepancy, Distribution, Reasoning, Window
 from loadgen.results.probe import CapacityAnswer, ProbeResult
 from loadgen.results.repeats import RepeatGroup
 from loadgen.results.samples import Energy, GpuMemory, ServerMetrics
 from loadgen.results.toolcalls import ToolCalls
-from loadgen.scenario.schema import DEFAULT_TOTAL_S, PER_TOKEN_S, Timeouts, default_total_s, token_limit
+from loadgen.scenario.target import DEFAULT_TOTAL_S, PER_TOKEN_S, Timeouts, default_total_s, token_limit
 
 SCHEMA_VERSION = 2
-STAT_KEYS: tuple[str, ...] = ("mean", "min", "max", "std", "p50", "p90", "p95", "p99", "p99.9")
-
-
-@dataclass(frozen=True, slots=True)
-class Distribution:
-    """mean, min, max, population std and percentiles of one quantity; all None when empty."""
-
-    mean: float | None = None
-    min: float | None = None
-    max: float | None = None
-    std: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    p99_9: float | None = None
-
-    def get(self, stat: str) -> float | None:
-        """A statistic by its name in ``summary.json`` (``p99.9`` included)."""
-        value: float | None = getattr(self, stat.replace(".", "_"))
-        return value
-
-    def to_dict(self) -> dict[str, float | None]:
-        return {k: self.get(k) for k in STAT_KEYS}
-
-    @classmethod
-    def from_dict(cls, data: Unchecked | None) -> Distribution:
-        data = data or {}
-        return cls(**{k.replace(".", "_"): data.get(k) for k in STAT_KEYS})
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkDiscrepancy:
-    """Requests whose usage disagreed with the tokens counted over their chunks, and by how many."""
-
-    requests: int = 0
-    tokens: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Reasoning:
-    """A reasoning model's thinking in a cell: the requests that thought, their thinking tokens,
-    and the time to the first token of the answer (TTFT is the first token of any kind)."""
-
-    requests: int
-    reasoning_tokens_total: int
-    reasoning_tokens_mean: float
-    time_to_answer_s: Distribution
-
-    def to_dict(self) -> dict[str, object]:
-        return {"requests": self.requests, "reasoning_tokens_total": self.reasoning_tokens_total,
-                "reasoning_tokens_mean": self.reasoning_tokens_mean,
-                "time_to_answer_s": self.time_to_answer_s.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: object) -> Reasoning | None:
-        if not isinstance(data, dict):
-            return None
-        return cls(int(data["requests"]), int(data["reasoning_tokens_total"]), float(data["reasoning_tokens_mean"]),
-                   Distribution.from_dict(data.get("time_to_answer_s")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,27 +45,6 @@ class Breakdown:
     def from_dict(cls, by: str, data: Unchecked) -> Breakdown:
         return cls(by, int(data[by]), CellMetrics.from_dict(data), data.get("cached_tokens_total"),
                    data.get("prefix_cache_hit_rate"))
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """One time window of a cell (seconds from its first send): requests sent and completed in
-    it, the mean in flight, TTFT (of the requests sent in it) and ITL (of the tokens that arrived
-    in it) at p50 and p99, output tokens/s."""
-
-    start_s: float
-    end_s: float
-    started: int
-    completed: int
-    in_flight: float
-    ttft_p50_s: float | None
-    ttft_p99_s: float | None
-    itl_p50_s: float | None
-    itl_p99_s: float | None
-    output_tokens_per_s: float
-
-    def to_dict(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +121,7 @@ class CellMetrics:
     peak_in_flight: int = 0
     mean_in_flight: float | None = None
     valid_json: float | None = None  # structured output: the share of answers that parsed and met the schema
+    json_cut: int | None = None  # of the answers that did not: those that reached max_tokens (cut, not malformed)
     tool_calls: ToolCalls | None = None  # workload.tools: the answers that called a tool
     image_bytes_total: int = 0  # workload.images: the bytes of the images the cell's requests sent
     embeddings_per_s: float | None = None  # target.api embeddings: vectors returned per second
@@ -217,7 +138,7 @@ class CellMetrics:
             if f.name in ("reasoning", "turns", "stages", "steady_state", "tool_calls") and value is None:
                 continue
             if (f.name in ("windows", "image_bytes_total") and not value) or (
-                    f.name in ("valid_json", "embeddings_per_s") and value is None):
+                    f.name in ("valid_json", "json_cut", "embeddings_per_s") and value is None):
                 continue
             if isinstance(value, Distribution):
                 value = value.to_dict()

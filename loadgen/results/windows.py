@@ -23,12 +23,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from loadgen.results.figures import Window
 from loadgen.results.metrics import itl_values, summarize
 from loadgen.results.records import RequestRecord
-from loadgen.results.summary import SteadyState, Window
+from loadgen.results.summary import SteadyState
 from loadgen.scenario.schema import Slo
 
 DEFAULT_WIDTH_S = 10.0
+MAX_WINDOWS = 10_000  # a cell in more windows than this is cut in this many (as report.windows allows)
 STEADY_SHARE = 0.10
 RULE = ("in flight within 10% (or one request) of the plateau, the median in-flight of the windows at least "
         "half as busy as the busiest; the longest run of such whole windows")
@@ -47,15 +49,30 @@ def _per_window(index: np.ndarray, values: np.ndarray, count: int, q: float) -> 
     return [float(np.percentile(g, q)) if g.size else None for g in groups]
 
 
+def _span(records: Sequence[RequestRecord]) -> tuple[list[RequestRecord], float, float]:
+    """The measured requests with a send and an end, the first send and the span to the last end."""
+    measured = [r for r in records if not r.warmup and r.sent_at is not None and r.done_at is not None]
+    sent = [r.sent_at for r in measured if r.sent_at is not None]
+    done = [r.done_at for r in measured if r.done_at is not None]
+    if not measured:
+        return [], 0.0, 0.0
+    return measured, min(sent), max(done) - min(sent)
+
+
+def window_width(records: Sequence[RequestRecord], width: float) -> float:
+    """``width``, or wider where the cell's span would need more than ``MAX_WINDOWS`` of it (a
+    window of a microsecond over a run of seconds: millions of windows, each with no request)."""
+    return max(width, _span(records)[2] / MAX_WINDOWS)
+
+
 def time_windows(records: Sequence[RequestRecord], width: float) -> tuple[Window, ...]:
     """The cell in windows of ``width`` seconds from its first send. Every figure is binned by
     index (one pass over the requests, one over their tokens): a long run's many windows cost
     no more than its few."""
-    measured = [r for r in records if not r.warmup and r.sent_at is not None and r.done_at is not None]
+    measured, t0, end = _span(records)
     if not measured or width <= 0:
         return ()
-    t0 = min(r.sent_at for r in measured)  # type: ignore[type-var]
-    end = max(r.done_at for r in measured) - t0  # type: ignore[operator,type-var]
+    width = max(width, end / MAX_WINDOWS)
     count = max(1, int(np.ceil(end / width - 1e-9)))
     edges = np.minimum(np.arange(count + 1) * width, end)
 

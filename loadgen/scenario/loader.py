@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from loadgen.data import Unchecked
 from loadgen.errors import ScenarioError
+from loadgen.scenario.inputs import SCENARIO_MAX_BYTES, TOOLS_MAX_BYTES, not_plain, read_input
 from loadgen.scenario.matrix import expand_cells
 from loadgen.scenario.overrides import apply_overrides, format_validation_error
 from loadgen.scenario.schema import AXES, SERVE_LIST_KEYS, PromptFile, Scenario, Workload
@@ -70,9 +71,7 @@ def load_scenario(path: Path | str, overrides: list[str] | None = None) -> Scena
     """Read, override and validate a scenario file; relative prompt files resolve beside it."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read scenario file ({exc.strerror})") from exc
+        text = read_input(path, "scenario file", SCENARIO_MAX_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise ScenarioError(f"{path}: not a text file (a scenario is YAML in UTF-8)") from None
     try:
@@ -93,6 +92,8 @@ def load_scenario(path: Path | str, overrides: list[str] | None = None) -> Scena
 
 def _beside(file: Path, scenario_path: Path, field: str, what: str) -> Path:
     resolved = file if file.is_absolute() else scenario_path.parent / file
+    if resolved.exists() and (why := not_plain(resolved)) is not None:
+        raise ScenarioError(f"{scenario_path}: {field} -> {resolved}: {why}")
     if not resolved.is_file():
         raise ScenarioError(
             f"{scenario_path}: {field} -> no such file {str(resolved)!r}; "
@@ -127,7 +128,9 @@ def resolve_files(w: Workload, path: Path) -> Workload:
     if w.multi_turn is not None and w.multi_turn.file is not None:
         update["multi_turn"] = w.multi_turn.model_copy(update={
             "file": _beside(w.multi_turn.file, path, "workload.multi_turn.file", "a JSONL file of sessions")})
-        read_sessions(update["multi_turn"].file)  # type: ignore[attr-defined]  # checked before anything starts
+        tools = update.get("tools", w.tools)
+        functions = frozenset(t["function"]["name"] for t in tool_definitions(tools)) if tools else frozenset()  # type: ignore[arg-type]
+        read_sessions(update["multi_turn"].file, functions)  # type: ignore[attr-defined]  # checked before anything starts
     if w.trace is not None:
         update["trace"] = w.trace.model_copy(update={
             "file": _beside(w.trace.file, path, "workload.trace.file", "a JSONL trace")})
@@ -144,9 +147,9 @@ def tool_definitions(tools: Tools) -> tuple[dict[str, Any], ...]:
     function with a name; ``ScenarioError`` naming the file and the entry otherwise."""
     where = f"{tools.file}" if tools.file is not None else "workload.tools.definitions"
     if tools.file is not None:
-        try:
-            found = orjson.loads(tools.file.read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
+        try:  # (OpenAI's API takes 128 tools: a few hundred kB)
+            found = orjson.loads(read_input(tools.file, "tools file", TOOLS_MAX_BYTES))
+        except orjson.JSONDecodeError as exc:
             raise ScenarioError(f"{where}: not a JSON array of tool definitions ({exc})") from None
     else:
         found = list(tools.definitions)

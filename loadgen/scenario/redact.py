@@ -10,7 +10,8 @@ from collections.abc import Callable
 import yaml
 
 from loadgen.data import Labels, Unchecked
-from loadgen.scenario.schema import ENV_REF, REDACTED, Scenario, redact_url
+from loadgen.scenario.schema import Scenario
+from loadgen.scenario.wire import ENV_REF, REDACTED, redact_url
 
 __all__ = ["REDACTED", "SECRET_FLAGS", "dump_scenario", "redact_argv", "redact_labels", "redact_url", "secret_flags"]
 

@@ -7,10 +7,8 @@ expands its matrix and sweeps into cells.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     Field,
@@ -20,9 +18,10 @@ from pydantic import (
     model_validator,
 )
 
-from loadgen.data import Labels, RequestBody, Unchecked
+from loadgen.data import Labels, Unchecked
 from loadgen.scenario.serve import Serve
 from loadgen.scenario.shapes import (
+    MAX_TOKENS,
     Dataset,
     Images,
     Lengths,
@@ -37,10 +36,11 @@ from loadgen.scenario.shapes import (
     Tools,
     Trace,
 )
+from loadgen.scenario.target import MAX_SECONDS, Sampling, Target
 
 
-def _sweep(value: Any, *, kind: type, allow: tuple[Any, ...] = ()) -> tuple[Any, ...]:
-    """Normalise a scalar-or-list field into a non-empty tuple of positive ``kind`` values."""
+def _sweep(value: Any, *, kind: type, allow: tuple[Any, ...] = (), most: float | None = None) -> tuple[Any, ...]:
+    """Normalise a scalar-or-list field into a non-empty tuple of positive ``kind`` values (at most ``most``)."""
     values = value if isinstance(value, list) else [value]
     if not values:
         raise ValueError("must not be an empty list")
@@ -57,6 +57,8 @@ def _sweep(value: Any, *, kind: type, allow: tuple[Any, ...] = ()) -> tuple[Any,
             raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
         if v <= 0:
             raise ValueError(f"must be {what}{extra}, or a list of them (got {v!r})")
+        if most is not None and v > most:
+            raise ValueError(f"must be at most {most:,} (got {v!r})")
         out.append(kind(v))
     return tuple(out)
 
@@ -66,7 +68,7 @@ def _scalar_or_list(value: tuple[Any, ...]) -> Any:
 
 
 _ser = PlainSerializer(_scalar_or_list)
-IntSweep = Annotated[tuple[int, ...], PlainValidator(lambda v: _sweep(v, kind=int)), _ser]
+IntSweep = Annotated[tuple[int, ...], PlainValidator(lambda v: _sweep(v, kind=int, most=MAX_TOKENS)), _ser]
 UNLIMITED = "unlimited"  # how a file says "no concurrency limit"; None inside loadgen
 
 
@@ -93,167 +95,56 @@ class _Model(StrictModel):
     pass
 
 
-MAX_SECONDS = 1e7  # any duration or time limit: about four months, far past any run
-
-
-class Timeouts(_Model):
-    """Client timeouts in seconds; ``None`` disables one."""
-
-    connect_s: float | None = Field(10.0, gt=0, le=MAX_SECONDS)
-    first_token_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
-    between_tokens_s: float | None = Field(120.0, gt=0, le=MAX_SECONDS)
-    total_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
-
-
-# a request's total time when the scenario sets none: this, plus PER_TOKEN_S per token asked for
-# (a bound no healthy server comes near, that ends a stream that would never end)
-DEFAULT_TOTAL_S = 600.0
-PER_TOKEN_S = 1.0
-
-
-def default_total_s(max_tokens: int) -> float:
-    return DEFAULT_TOTAL_S + PER_TOKEN_S * max_tokens
-
-
-def token_limit(max_tokens: int | None) -> int | None:
-    """The most output tokens a request of ``max_tokens`` can report: max_tokens and a margin
-    (servers that count an end token, a tokenizer's special tokens)."""
-    return None if max_tokens is None else max_tokens + max(16, max_tokens // 10)
-
-
-REDACTED = "<redacted>"
-# scheme://user:password@host, and user:password@host without a scheme
-_USERINFO = re.compile(r"(?P<scheme>(?:[A-Za-z][A-Za-z0-9+.-]*://)|^)(?P<userinfo>[^/@\s]+)@")
-
-
-def redact_url(text: str) -> str:
-    """A URL (or any text holding URLs) without the user and password parts."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
-
-
-def split_userinfo(url: str) -> tuple[str, str | None]:
-    """``http://user:pw@host/v1`` -> (``http://host/v1``, ``user:pw``); a URL without them as is."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url, None
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=hostport)), userinfo
-
-
-def base_url_problem(url: str) -> str | None:
-    """Why ``url`` is not a server's base URL, in words that never repeat its password; None if it is."""
-    shown = redact_url(url)
-    if not url.startswith(("http://", "https://")):
-        return f"must start with http:// or https:// (got {shown!r})"
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises for a port out of range
-    except ValueError as exc:
-        why = "the port must be a number from 1 to 65535" if "port" in str(exc).lower() else f"not a URL ({exc})"
-        return f"{shown}: {why}"
-    if not parts.hostname:
-        return f"{shown}: no host; e.g. http://127.0.0.1:8000/v1"
-    if any(c in url for c in "\r\n\t\0 "):
-        return f"{shown}: a URL holds no spaces or line breaks"
-    return None
-
-
-# a header value written as ${NAME}: read from that environment variable when requests are made
-ENV_REF = re.compile(r"^\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}$")
-
-
-def header_problem(name: str, value: str) -> str | None:
-    """Why a header cannot be sent as given (a line break would add headers of its own)."""
-    if any(c in name for c in "\r\n\0:") or not name.strip():
-        return f"header name {name!r}: not a header name"
-    if any(c in value for c in "\r\n\0"):
-        return f"header {name}: its value holds a line break or NUL; give the value alone"
-    if value == REDACTED:
-        return (f"header {name}: {REDACTED} stands where loadgen wrote down a secret; put the value back, "
-                f"or give it with --set target.headers.{name}=VALUE")
-    return None
-
-
-class Target(_Model):
-    base_url: str | None = None
-    api: Literal["completions", "chat", "responses", "embeddings"] = "completions"
-    model: str = "auto"
-    # what the server at base_url runs, for the tables (a server does not say): e.g. awq, fp8
-    quant: str | None = None
-    api_key_env: str | None = "OPENAI_API_KEY"
-    # ask for cumulative usage on every chunk (vLLM, SGLang, loadgen sim): exact tokens per chunk
-    continuous_usage_stats: bool = True
-    headers: dict[str, str] = Field(default_factory=dict)
-    # merged into every request body (tools, response_format, chat_template_kwargs, top_k, ...)
-    extra_body: RequestBody = Field(default_factory=dict)
-    # the output-length field of chat requests: "auto" sends max_completion_tokens (the
-    # current OpenAI name) and max_tokens (what older servers read); completions send max_tokens
-    max_tokens_param: Literal["auto", "max_tokens", "max_completion_tokens"] = "auto"
-    timeouts: Timeouts = Timeouts()
-    # check an https server's certificate (false: a self-signed one is taken, as curl --insecure)
-    verify_tls: bool = True
-    # send "X-Request-Id: <prefix><request number>" with each request (the server logs it)
-    request_id_prefix: str | None = None
-
-    @model_validator(mode="after")
-    def _check_url(self) -> Target:
-        if self.base_url is not None and (why := base_url_problem(self.base_url)) is not None:
-            raise ValueError(f"base_url {why}")
-        for name, value in self.headers.items():
-            if (why := header_problem(name, value)) is not None:
-                raise ValueError(why)
-        if self.request_id_prefix is not None and (why := header_problem("X-Request-Id", self.request_id_prefix)):
-            raise ValueError(f"request_id_prefix: {why}")
-        return self
-
-
-class Sampling(_Model):
-    """Sampling parameters sent with every request; unset ones are left to the server."""
-
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = None
-    min_p: float | None = Field(None, ge=0, le=1)
-    repetition_penalty: float | None = Field(None, gt=0)
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-
-
 class PromptFile(_Model):
     """A JSONL file, one object per line: ``prompt`` (text), ``prompt_token_ids`` or ``messages``."""
 
     file: Path
+    """The JSONL file, relative to the scenario file."""
 
 
 class Workload(_Model):
     num_prompts: int = Field(200, gt=0, le=10_000_000)
+    """Requests measured in each cell (sessions, for multi-turn workloads)."""
     input_tokens: IntSweep = (128,)
+    """Prompt length in tokens, or a list of them (one cell per value)."""
     output_tokens: IntSweep = (64,)
+    """Tokens asked for per request, or a list of them (one cell per value)."""
     ignore_eos: bool = True
-    # send min_tokens = max_tokens as well (vLLM, SGLang); off for servers that reject it
+    """Ask the server to go on past its end token, so each answer is as long as asked."""
     min_tokens: bool = True
-    # text as clients send it (default), token ids (completions; skips the server's tokenizer),
-    # or a JSONL file; "random-tokens" is the former name of token-ids
+    """Send `min_tokens` equal to the tokens asked for as well (vLLM, SGLang); false for servers that
+    reject it."""
     prompt: Literal["text", "token-ids"] | PromptFile = "text"
+    """Text as clients send it (`text`), token-id lists on `/v1/completions` (`token-ids`, which skip the
+    server's tokenizer), or a JSONL file (`{file: prompts.jsonl}`)."""
     sampling: Sampling = Sampling()
-    # half-open range [lo, hi) of token ids drawn for token-ids prompts
+    """Sampling parameters sent with every request."""
     token_id_range: tuple[int, int] = (1000, 5000)
-    # how lengths spread around input_tokens / output_tokens (default: exactly those)
+    """The half-open range `[lo, hi)` token-ids prompts draw their ids from."""
     input_dist: Lengths = Lengths()
+    """How prompt lengths spread around `input_tokens` (default: exactly it)."""
     output_dist: Lengths = Lengths()
+    """How output lengths spread around `output_tokens` (default: exactly it)."""
     dataset: Dataset | None = None
+    """Prompts from a dataset (ShareGPT, JSONL, Hugging Face) instead of generated text."""
     shared_prefix: SharedPrefix | None = None
-    # structured output: JSON answers, checked per request (the length is then the model's own)
+    """Openings shared between requests, so that the engine's prefix cache is meant to hit."""
     response_format: ResponseFormat | None = None
-    # tool definitions sent with chat requests (the length is then the model's own)
+    """Structured output: JSON answers, each checked (the answer's length is then the model's own)."""
     tools: Tools | None = None
-    images: Images | None = None  # images in each chat request, as data URLs
-    batch_size: int = Field(1, ge=1, le=4096)  # target.api embeddings: inputs per request
+    """Tool definitions sent with chat and Responses requests (the answer's length is then the model's
+    own)."""
+    images: Images | None = None
+    """Images sent with each chat request, as data URLs."""
+    batch_size: int = Field(1, ge=1, le=4096)
+    """Inputs per request on the embeddings API."""
     multi_turn: MultiTurn | None = None
+    """Multi-turn chat sessions, generated or from a session file."""
     trace: Trace | None = None
-    # a tokenizer (tokenizer.json, a model directory or a hub id) that counts dataset lengths;
-    # default: the served model's when loadgen knows where it is
+    """A request trace replayed on its timestamps."""
     tokenizer: str | None = None
+    """A tokenizer (`tokenizer.json`, a model directory or a hub id) that counts dataset lengths; default:
+    the served model's, where loadgen knows where it is."""
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -297,41 +188,50 @@ class Workload(_Model):
 
 class Load(_Model):
     concurrency: ConcurrencySweep = (1,)
+    """Requests in flight at most: a number, `unlimited`, or a list (one cell per value)."""
     rate: RateSweep = (None,)
+    """Requests per second of an open loop; null offers every request at once; a list makes one cell per
+    value."""
     arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    """How an open loop's gaps are drawn: `poisson`, `constant` or `gamma`."""
     burstiness: float = Field(1.0, gt=0)
-    # how an open loop of num_prompts is paced: "loadgen" sends the first request at 0 and keeps
-    # the gaps drawn; "vllm-bench" (what bench serve uses) waits a drawn gap before the first too and
-    # rescales the gaps so the last send falls at num_prompts / rate, as vLLM's benchmark does
+    """The gamma distribution's shape for `arrival: gamma` (1 is Poisson; lower is burstier)."""
     pacing: Literal["loadgen", "vllm-bench"] = "loadgen"
+    """How an open loop is paced: `loadgen` sends the first request at 0 and keeps the drawn gaps; `vllm-
+    bench` waits a drawn gap first and rescales the gaps so the last send falls at num_prompts / rate,
+    as vLLM's benchmark does."""
     warmup_requests: int = Field(1, ge=0)
+    """Requests sent before each cell, recorded with `warmup: true` and left out of the figures."""
     duration_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
-    # end the run early (exit 4) once this share of a cell's finished requests failed ...
+    """Stop sending new requests after this many seconds of a cell."""
     abort_on_error_rate: float | None = Field(None, gt=0, le=1)
-    # ... counted from this many finished requests on
+    """End the run early (exit 4) once this share of a cell's finished requests failed."""
     abort_min_requests: int = Field(20, ge=1)
-    # client processes sharing the schedule ("auto": one per core this process may run on)
+    """The finished requests counted before `abort_on_error_rate` applies."""
     workers: int | Literal["auto"] = 1
-    # open a fresh connection for every request (TTFT then includes TCP/TLS setup); by default
-    # connections are opened before the measured window and kept alive
+    """Client processes sharing the schedule; `auto`: one per core this process may run on."""
     new_connection_per_request: bool = False
-    clock: Literal["auto", "kernel", "loop"] = "auto"  # bytes timed by the kernel's receive stamp, or the loop
-    # empty the engine's prefix cache before each cell (vLLM POST /reset_prefix_cache, SGLang
-    # POST /flush_cache); "never" leaves it, and the server's own counters say what it served
+    """Open a fresh connection for every request (TTFT then includes TCP and TLS setup); by default
+    connections are opened before the measured window and kept alive."""
+    clock: Literal["auto", "kernel", "loop"] = "auto"
+    """What times a token's bytes: the kernel's receive stamp (`kernel`), the event loop (`loop`), or the
+    kernel's where available (`auto`)."""
     reset_cache: Literal["never", "between-cells"] = "never"
-    # the cores the client runs on: a number of cores (taken from the highest) or a list of
-    # core ids; None: when the engine runs on this host, the cores it does not use
+    """`between-cells` empties the engine's prefix cache before each cell (vLLM, SGLang); `never` leaves
+    it, and the server's counters say what it served."""
     client_cpus: int | tuple[int, ...] | None = None
-    # the rate rising over the requests of a cell (instead of a fixed rate)
+    """The cores the client runs on: a number of cores (taken from the highest) or a list of core ids;
+    null: the cores a local engine does not use."""
     ramp_up: RampUp | None = None
-    # stages run back to back in one cell, each for its duration (instead of one rate/concurrency)
+    """The rate rising over the requests of a cell, instead of a fixed rate."""
     stages: tuple[Stage, ...] = ()
-    # a capacity search: probes chosen one after another until the SLO boundary is bracketed
+    """Stages run back to back in one cell, each for its duration."""
     search: Search | None = None
-    # each cell measured this many times, each time with fresh prompts (figures with 95% intervals)
+    """A capacity search: probes chosen one after another until the SLO boundary is bracketed."""
     repeats: int = Field(1, ge=1, le=100)
-    # a pause before each repeat after the first (the server's queues and clocks settle)
+    """Measure each cell this many times, each with fresh prompts (figures then carry 95% intervals)."""
     cooldown_s: float = Field(0.0, ge=0, le=3600)
+    """A pause, in seconds, before each repeat after the first."""
 
     @model_validator(mode="after")
     def _check_workers(self) -> Load:
@@ -369,8 +269,11 @@ class Slo(_Model):
     """Service-level objectives in milliseconds; any given enables goodput."""
 
     ttft_ms: float | None = Field(None, gt=0)
+    """The most time to first token a request may take, ms."""
     tpot_ms: float | None = Field(None, gt=0)
+    """The most time per output token a request may average after its first, ms."""
     e2e_ms: float | None = Field(None, gt=0)
+    """The most time a whole request may take, ms."""
 
     def limits(self) -> dict[str, float]:
         """The per-request bounds given, in ms (what ``RequestRecord.meets`` checks)."""
@@ -380,8 +283,10 @@ class Slo(_Model):
 class Override(_Model):
     """Matrix points matching ``when`` (axis -> value or list of values) get ``set`` applied."""
 
-    when: Labels  # the matrix values a point must have
-    set: Unchecked  # scenario keys (dotted) -> values
+    when: Labels
+    """The matrix values a point must have (axis: value or list of values)."""
+    set: Unchecked
+    """Scenario keys (dotted) and the values they take at those points."""
 
 
 class Matrix(_Model):
@@ -389,8 +294,12 @@ class Matrix(_Model):
     is a point, minus ``exclude`` matches, with ``overrides`` applied."""
 
     axes: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
+    """Axis (an alias such as `model`, or a dotted scenario key) to its values; written directly under
+    `matrix:`."""
     exclude: tuple[Labels, ...] = ()
+    """Points left out: each a map of axis to value(s) a point must match."""
     overrides: tuple[Override, ...] = ()
+    """Keys set at the points that match a rule."""
 
     @model_validator(mode="before")
     @classmethod
@@ -435,17 +344,25 @@ SERVE_LIST_KEYS = ("model", "backend", "quant", "setting", "tp", "attn", "device
 
 
 class Scenario(_Model):
-    name: str = "run"
-    # single-stream: batch 1, num_prompts repeats (default 3) of output_tokens (default 2048);
-    # throughput: every prompt offered at once unless a rate is given; sweep: as written
+    name: str = Field("run", min_length=1, max_length=200)
+    """One line of text that titles the tables, report.md and the terminal's lines."""
     kind: Literal["sweep", "single-stream", "throughput"] = "sweep"
-    # single-stream speed: output tokens / request time (Qwen2, Qwen2.5), or (prompt + output) / time
+    """`sweep`: as written; `single-stream`: batch 1, 3 prompts of 2,048 output tokens unless set;
+    `throughput`: every prompt offered at once unless a rate is given."""
     speed: Literal["output", "total"] = "output"
-    # free text for the tables' Note column (usually set per matrix point by an override)
+    """Single-stream speed: output tokens per request time (`output`), or prompt and output tokens per
+    request time (`total`)."""
     note: str = ""
-    # one block, or a list of blocks whose points are concatenated (tables whose rows do not
-    # form one product, such as a model measured at two GPU counts)
+    """Free text for the tables' Note column (usually set per matrix point by an override)."""
     matrix: Matrix | tuple[Matrix, ...] | None = None
+    """Axes whose every combination is a point, or a list of such blocks whose points are concatenated."""
+
+    @field_validator("name")
+    @classmethod
+    def _one_line(cls, name: str) -> str:
+        if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
+            raise ValueError("give one line of text, without line breaks or control characters")
+        return name
 
     @property
     def matrix_blocks(self) -> tuple[Matrix, ...]:
@@ -453,14 +370,20 @@ class Scenario(_Model):
             return ()
         return self.matrix if isinstance(self.matrix, tuple) else (self.matrix,)
     target: Target = Target()
+    """The server and the API the requests go to."""
     workload: Workload = Workload()
+    """What each request asks for."""
     load: Load = Load()
+    """How requests are offered: concurrency, rate, search, repeats."""
     slo: Slo | None = None
+    """Per-request objectives; any given enables goodput."""
     serve: Serve | None = None
+    """The server `loadgen run` starts itself and stops afterwards (the simulator or an engine)."""
     report: Report = Report()
-    # prompts and arrivals are drawn from it; None: a fresh seed per run (recorded in the run
-    # directory), so that no request repeats a prompt of an earlier run that a server may cache
+    """How the figures over time are cut, and when repeats are flagged as noisy."""
     seed: int | None = Field(None, ge=0, lt=2**63)
+    """Prompts and arrivals are drawn from it; null: a fresh seed per run (recorded in the run directory),
+    so that no request repeats a prompt of an earlier run that a server may have cached."""
 
     @model_validator(mode="after")
     def _kind_defaults(self) -> Scenario:
@@ -469,7 +392,7 @@ class Scenario(_Model):
             raise ValueError("workload.images are sent with chat requests: set target.api: chat")
         if w.tools is not None and self.target.api not in ("chat", "responses"):
             raise ValueError("workload.tools are sent with chat requests: set target.api: chat (or responses)")
-        if w.multi_turn is not None and self.target.api == "completions":
+        if w.multi_turn is not None and self.target.api in ("completions", "embeddings"):
             raise ValueError("workload.multi_turn sends conversations: set target.api: chat (or responses)")
         if w.multi_turn is not None and w.multi_turn.history != "full" and self.target.api != "responses":
             raise ValueError("multi_turn.history previous-response is the Responses API's: set target.api: responses")

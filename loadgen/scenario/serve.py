@@ -207,12 +207,14 @@ class Serve(EngineOptions):
     resolved exactly as ``loadgen serve`` resolves its options.
     """
 
-    # a matrix point whose engine is not installed here, or cannot run on this machine, is
-    # recorded as skipped with the reason (instead of failed)
     skip_unavailable: bool = False
-    # default: 60 s for the simulator, 600 s for a CPU engine, 1800 s on GPUs
+    """Record a matrix point whose engine is not installed or cannot run on this machine as skipped, with
+    the reason, instead of failed."""
     ready_timeout_s: float | None = Field(None, gt=0)
+    """Seconds to wait for the server to be ready; default: 60 for the simulator, 600 for a CPU engine,
+    1,800 on GPUs."""
     sim: SimOptions = SimOptions()
+    """The simulator's options, with `backend: sim`."""
 
     @model_validator(mode="after")
     def _check_backend(self) -> Serve:

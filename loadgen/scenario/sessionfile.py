@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 
 from loadgen.errors import ScenarioError
+from loadgen.scenario.inputs import SESSIONS_MAX_BYTES, read_input
 
 TURN_KEYS = frozenset({"user", "tool_results", "tool_calls", "think_time_s", "output_tokens"})
 SESSION_KEYS = frozenset({"system", "turns", "id"})
@@ -70,12 +71,10 @@ def _turn(raw: object, where: str) -> FileTurn:
     return FileTurn(user, texts, None if calls is None else tuple(calls), None if think is None else float(think), out)
 
 
-def read_sessions(path: Path) -> tuple[FileSession, ...]:
-    """Every session of the file, checked; ``ScenarioError`` naming the line and field otherwise."""
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read the session file ({exc.strerror})") from None
+def read_sessions(path: Path, functions: frozenset[str] | None = None) -> tuple[FileSession, ...]:
+    """Every session of the file, checked; ``ScenarioError`` naming the line and field otherwise.
+    With ``functions`` (the names workload.tools defines), a turn's expected calls must be among them."""
+    lines = read_input(path, "session file", SESSIONS_MAX_BYTES).splitlines()
     sessions: list[FileSession] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -94,6 +93,12 @@ def read_sessions(path: Path) -> tuple[FileSession, ...]:
         if system is not None and not isinstance(system, str):
             raise ScenarioError(f"{where}.system: give the system prompt as text")
         turns = tuple(_turn(t, f"{where}: turns[{i}]") for i, t in enumerate(raw["turns"]))
+        for i, turn in enumerate(turns):
+            unknown_calls = [c for c in turn.tool_calls or () if functions is not None and c not in functions]
+            if unknown_calls:
+                defined = ", ".join(sorted(functions or ())) or "none: the scenario gives no workload.tools"
+                raise ScenarioError(f"{where}: turns[{i}].tool_calls: {unknown_calls[0]!r} is not a function of "
+                                    f"workload.tools (defined: {defined})")
         if turns[0].user is None:
             raise ScenarioError(f"{where}: turns[0] needs user: a session opens with the user's message")
         sessions.append(FileSession(system, turns))

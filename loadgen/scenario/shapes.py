@@ -9,6 +9,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from loadgen.scenario.answer_schema import answer_schema_problem
+
 
 def _admits_bool(annotation: Any) -> bool:
     if annotation is bool or annotation is Any:
@@ -37,6 +39,10 @@ class _Model(StrictModel):
     pass
 
 
+# the most tokens a request's prompt or answer may have: ten million, past any model's context
+MAX_TOKENS = 10_000_000
+
+
 class Lengths(_Model):
     """How request lengths spread around the cell's ``input_tokens`` / ``output_tokens``.
 
@@ -47,12 +53,19 @@ class Lengths(_Model):
     """
 
     kind: Literal["fixed", "uniform", "normal", "lognormal", "histogram"] = "fixed"
+    """How lengths are drawn (each kind above)."""
     range_ratio: float = Field(0.0, ge=0, lt=1)
+    """`uniform`: lengths within this ratio either side of the cell's length (vLLM's range ratio)."""
     stdev: float = Field(0.0, ge=0)
+    """`normal`: the standard deviation, in tokens."""
     sigma: float = Field(0.0, ge=0)
+    """`lognormal`: the sigma of the underlying normal."""
     file: Path | None = None
-    min: int = Field(1, ge=1)
-    max: int | None = Field(None, ge=1)
+    """`histogram`: a CSV file of `length,weight` rows."""
+    min: int = Field(1, ge=1, le=MAX_TOKENS)
+    """Draws are clipped to at least this many tokens."""
+    max: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    """Draws are clipped to at most this many tokens."""
 
     @model_validator(mode="after")
     def _check(self) -> Lengths:
@@ -78,16 +91,23 @@ class Dataset(_Model):
     """
 
     kind: Literal["sharegpt", "jsonl", "hf"]
+    """The dataset's format (each kind above)."""
     path: Path | None = None
+    """The dataset file (`sharegpt`, `jsonl`) or a directory written by `save_to_disk` (`hf`)."""
     name: str | None = None
+    """`hf`: a Hugging Face hub id."""
     split: str = "train"
+    """`hf`: the split read."""
     subset: str | None = None
+    """`hf`: the dataset's configuration, where it has several."""
     column: str | None = None
+    """`hf`: the column that holds the prompt."""
     shuffle: bool = True
-    # every request asks for this many tokens, whatever the dataset says
+    """Shuffle the entries with the run's seed before they are sent."""
     output_tokens: int | None = Field(None, ge=1)
-    # skip records that cannot be read (and say how many) instead of stopping at the first
+    """Every request asks for this many tokens, whatever the dataset says."""
     skip_invalid: bool = False
+    """Skip entries that cannot be read (and say how many) instead of stopping at the first."""
 
     @model_validator(mode="after")
     def _check(self) -> Dataset:
@@ -103,7 +123,9 @@ class SharedPrefix(_Model):
     and goes on with content of its own (the engine's prefix cache is meant to hit)."""
 
     prefixes: int = Field(1, ge=1)
+    """How many distinct shared openings there are."""
     tokens: int = Field(..., ge=1)
+    """Each opening's length in tokens."""
 
 
 class MultiTurn(_Model):
@@ -115,11 +137,16 @@ class MultiTurn(_Model):
     only what is new, with the previous answer's ``previous_response_id``."""
 
     turns: int | None = Field(None, ge=1)
+    """Requests per generated session."""
     file: Path | None = None
+    """A JSONL session file: system prompt, user messages, tool results, think times."""
     think_time_s: float = Field(0.0, ge=0, le=1e7)
-    # a system prompt of this many tokens opening each session (its own content, per session)
+    """Seconds between an answer and the next turn of its session."""
     system_tokens: int = Field(0, ge=0)
+    """A system prompt of this many tokens opening each generated session (its own content, per session)."""
     history: Literal["full", "previous-response"] = "full"
+    """`full` sends the whole conversation each turn; `previous-response` (Responses API) sends what is new
+    with `previous_response_id`."""
 
     @model_validator(mode="after")
     def _one_source(self) -> MultiTurn:
@@ -136,8 +163,11 @@ class Trace(_Model):
     ids are the same block of ``block_tokens`` tokens, so they become equal prompt content)."""
 
     file: Path
+    """The trace's JSONL file."""
     speedup: float = Field(1.0, gt=0)
+    """Replay this many times faster than recorded."""
     block_tokens: int = Field(512, ge=1)
+    """Tokens per `hash_ids` block."""
 
 
 class RampUp(_Model):
@@ -146,16 +176,22 @@ class RampUp(_Model):
     as vLLM's ``--ramp-up-strategy``."""
 
     strategy: Literal["linear", "exponential"] = "linear"
+    """`linear` or `exponential`."""
     start_rate: float = Field(..., gt=0)
+    """The first request's rate, requests per second."""
     end_rate: float = Field(..., gt=0)
+    """The last request's rate, requests per second."""
 
 
 class Stage(_Model):
     """One stage of a staged load: ``duration_s`` at a ``rate`` and/or a ``concurrency``."""
 
     duration_s: float = Field(..., gt=0, le=1e7)
+    """The stage's length in seconds."""
     rate: float | None = Field(None, gt=0)
+    """Requests per second during the stage."""
     concurrency: int | None = Field(None, ge=1)
+    """Requests in flight at most during the stage."""
 
     @model_validator(mode="after")
     def _check(self) -> Stage:
@@ -187,10 +223,15 @@ class SearchSlo(_Model):
     and the highest share of failed requests (``error_rate: 0.01``)."""
 
     ttft_ms: dict[str, float] = Field(default_factory=dict)
+    """Time to first token: statistic (`p50`, `p99`, `p99.9`, `mean`, `max`) to its bound, ms."""
     tpot_ms: dict[str, float] = Field(default_factory=dict)
+    """Time per output token: statistic to its bound, ms."""
     itl_ms: dict[str, float] = Field(default_factory=dict)
+    """Inter-token latency (over pooled gaps): statistic to its bound, ms."""
     e2e_ms: dict[str, float] = Field(default_factory=dict)
+    """Whole-request latency: statistic to its bound, ms."""
     error_rate: float | None = Field(None, ge=0, le=1)
+    """The highest share of failed requests a probe may have."""
 
     @model_validator(mode="before")
     @classmethod
@@ -234,14 +275,19 @@ class Search(_Model):
     boundary and the search goes on from there."""
 
     by: Literal["concurrency", "rate"]
+    """`concurrency` (closed loop) or `rate` (open loop)."""
     min: float = Field(1.0, gt=0)
+    """The first probe's load."""
     max: float = Field(256.0, gt=0)
+    """The highest load probed."""
     slo: SearchSlo
+    """What a probe must meet."""
     rate_tolerance: float = Field(0.05, gt=0, le=1)
-    # stop a probe as soon as it has clearly broken an SLO (or the server's queue keeps growing)
+    """A rate search ends when the boundary is bracketed to this share."""
     early_stop: bool = True
-    # measure the probes either side of the boundary this many more times each
+    """Stop a probe as soon as it has clearly broken an SLO (or the server's queue keeps growing)."""
     confirm: int = Field(0, ge=0, le=10)
+    """Measure the probes either side of the boundary this many more times each."""
 
     @model_validator(mode="before")
     @classmethod
@@ -268,9 +314,13 @@ class ResponseFormat(_Model):
     model_config = ConfigDict(populate_by_name=True)  # written back as "schema" or "json_schema" alike
 
     type: Literal["json_object", "json_schema"]
+    """`json_object` (any JSON) or `json_schema` (answers to the schema given)."""
     json_schema: dict[str, Any] | None = Field(None, alias="schema")
+    """The JSON Schema answers must meet (written `schema`)."""
     name: str = Field("answer", min_length=1, max_length=64)
+    """The schema's name, sent to the server."""
     strict: bool = True
+    """Ask the server to follow the schema strictly."""
 
     @model_validator(mode="after")
     def _check(self) -> ResponseFormat:
@@ -278,17 +328,22 @@ class ResponseFormat(_Model):
             raise ValueError("type json_schema needs schema: the JSON Schema of the answer")
         if self.type == "json_object" and self.json_schema is not None:
             raise ValueError("a schema is for type json_schema; json_object takes none")
+        if self.json_schema is not None and (problem := answer_schema_problem(self.json_schema)):
+            raise ValueError(problem)
         return self
 
 
 class Report(_Model):
     """How a run's figures over time are cut: windows of ``window_s`` seconds, or ``windows``
-    equal windows over each cell (one of the two; default 10 s)."""
+    equal windows over each cell (one of the two; default 10 s). A cell is cut in at most
+    10,000 windows: a shorter ``window_s`` is widened to its span over 10,000."""
 
-    window_s: float | None = Field(None, gt=0, le=86400)
+    window_s: float | None = Field(None, ge=0.01, le=86400)
+    """Width of the windows the figures over time are cut into, seconds."""
     windows: int | None = Field(None, ge=1, le=10000)
-    # repeats whose figure varies more than this (coefficient of variation) are flagged as noisy
+    """Equal windows per cell, instead of `window_s`."""
     noisy_cv: float = Field(0.05, gt=0, le=10)
+    """Repeats whose figure varies more than this (coefficient of variation) are flagged as noisy."""
 
     @model_validator(mode="after")
     def _one(self) -> Report:
@@ -303,8 +358,11 @@ class Tools(_Model):
     ``tool_choice``: auto, required, none, or the name of a function to call."""
 
     file: Path | None = None
+    """A JSON file holding the `tools` array."""
     definitions: tuple[dict[str, Any], ...] = ()
+    """The `tools` array, inline."""
     choice: str = Field("auto", min_length=1)
+    """`tool_choice`: `auto`, `required`, `none`, or the name of a function to call."""
 
     @model_validator(mode="after")
     def _one(self) -> Tools:
@@ -318,8 +376,13 @@ class Images(_Model):
     noise, PNG), or the files of ``directory`` in turn."""
 
     count: int = Field(1, ge=1, le=64)
+    """Images per request."""
     width: int = Field(256, ge=1, le=8192)
+    """Width of each synthetic image, pixels."""
     height: int = Field(256, ge=1, le=8192)
+    """Height of each synthetic image, pixels."""
     format: Literal["png"] = "png"
+    """The synthetic images' format."""
     directory: Path | None = None
+    """A directory of PNG, JPEG or WebP files sent in turn instead of synthetic images."""
 

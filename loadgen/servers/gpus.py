@@ -90,7 +90,8 @@ def check_gpus(indices: tuple[int, ...], *, force: bool = False) -> list[GpuInfo
     if found is None:
         raise LaunchError(
             "no NVIDIA GPU here (NVML is not available: no driver, or nvidia-ml-py missing); "
-            "this engine needs GPUs; the tiny model runs on CPU (`loadgen serve tiny --device cpu`)"
+            "this engine needs GPUs: `loadgen serve ... --script` (or `--dry-run`) prints the launch to run on a "
+            "GPU host; the tiny model runs on CPU (`loadgen serve tiny --device cpu`)"
         )
     by_index = {g.index: g for g in found}
     missing = [i for i in indices if i not in by_index]

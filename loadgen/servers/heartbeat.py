@@ -80,9 +80,10 @@ class Heartbeat:
 
 
 def run_step(echo: Echo, argv: list[str] | tuple[str, ...], what: str, *, grows: Path | None = None,
-             fail: str = "") -> None:
-    """Run ``argv`` (its output to the terminal), saying every few seconds what it does and,
-    with ``grows``, how large that directory has become; a non-zero exit is a LaunchError."""
+             fail: str = "", quiet: bool = False) -> None:
+    """Run ``argv`` (its output to the terminal, or with ``quiet`` shown only if it fails: a check
+    whose warnings are not the user's business), saying every few seconds what it does and, with
+    ``grows``, how large that directory has become; a non-zero exit is a LaunchError."""
     echo(f"{what} ...")
     base = tree_bytes(grows) if grows is not None else 0
 
@@ -90,9 +91,10 @@ def run_step(echo: Echo, argv: list[str] | tuple[str, ...], what: str, *, grows:
         return f", {size_text(tree_bytes(grows) - base)} written" if grows is not None else ""
 
     with Heartbeat(echo, what, detail, every_s=EVERY_S):
-        proc = subprocess.run(list(argv), check=False)
+        proc = subprocess.run(list(argv), check=False, capture_output=quiet, text=quiet)
     if proc.returncode != 0:
-        raise LaunchError(f"{fail or what}: `{' '.join(argv)}` exited with status {proc.returncode}")
+        said = "\n".join(((proc.stdout or "") + (proc.stderr or "")).splitlines()[-20:]) if quiet else ""
+        raise LaunchError(f"{fail or what}: `{' '.join(argv)}` exited with status {proc.returncode}", said)
 
 
 # what an engine's log says it is doing while it starts, newest first wins (vLLM, SGLang, TGI,

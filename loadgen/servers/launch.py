@@ -24,7 +24,6 @@ from types import FrameType, TracebackType
 
 from loadgen.errors import Interrupted, LaunchError
 from loadgen.results.files import output_error
-from loadgen.scenario.redact import redact_secret_flags
 from loadgen.scenario.serve import Serve
 from loadgen.servers.heartbeat import EVERY_S, Echo, last_start, note_start, phase, start_key
 from loadgen.servers.leftovers import new_scratch, remove, scratch_env, shared_memory_of
@@ -216,11 +215,19 @@ class LaunchedServer:
         t0 = said = time.monotonic()
         import httpx  # (here: a command that launches nothing starts without it)
 
-        with httpx.Client(timeout=2.0, trust_env=False) as http:
+        from loadgen.scenario.redact import secret_flags  # (the scenario's schema: not for ``loadgen sim``)
+
+        # an engine started with a key asks for it at /v1/models (the last --api-key given)
+        api_key = next((spec.argv[i].partition("=")[2] if spec.argv[i].startswith("--api-key=") else spec.argv[i]
+                        for i, flag in sorted(secret_flags(spec.argv).items(), reverse=True) if flag == "--api-key"),
+                       None)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        refused = ""  # what the server says of a request without the key it wants
+        with httpx.Client(timeout=2.0, trust_env=False, headers=headers) as http:
             while True:
                 if self.on_wait is not None and time.monotonic() - said >= EVERY_S:
                     said = time.monotonic()
-                    doing = phase(tail(self.log_path, 40))
+                    doing = refused or phase(tail(self.log_path, 40))
                     self.on_wait(f"{spec.name} starting: {said - t0:.0f} s" + (f", {doing}" if doing else "")
                                  + (f" (the last start here took {before:.0f} s)" if before else ""))
                 code = self.proc.poll()
@@ -233,7 +240,12 @@ class LaunchedServer:
                         "\n".join(log.splitlines()[-20:]),
                     )
                 with contextlib.suppress(httpx.HTTPError):
-                    if http.get(root + stage).status_code == 200:
+                    status = http.get(root + stage).status_code
+                    if status in (401, 403):
+                        refused = (f"{stage} answers HTTP {status}: the server wants an API key"
+                                   + (" other than its --api-key" if api_key else
+                                      " not on its command line (one from its environment?); give it as --api-key"))
+                    if status == 200:
                         if not stages:
                             note_start(key, time.monotonic() - t0)
                             self.shared |= shared_memory_of(group_members(self.proc.pid))
@@ -243,7 +255,7 @@ class LaunchedServer:
                 if time.monotonic() > deadline:
                     raise LaunchError(
                         f"{spec.name} not ready after {spec.ready_timeout_s:g} s "
-                        f"(waiting for {stage}; log: {self.log_path})",
+                        f"(waiting for {stage}{'; ' + refused if refused else ''}; log: {self.log_path})",
                         tail(self.log_path),
                     )
                 time.sleep(0.2)
@@ -296,6 +308,8 @@ class LaunchedServer:
 def shell_line(launch: LaunchSpec) -> str:
     """The command as one line a user can paste: ``ENV=... [taskset -c CORES] argv``, the value
     of a secret flag (``--api-key``) redacted: it is shown and written down."""
+    from loadgen.scenario.redact import redact_secret_flags  # (the scenario's schema: not for ``loadgen sim``)
+
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env.items())
     pinned = ["taskset", "-c", ",".join(map(str, launch.cpus))] if launch.cpus else []
     return f"{env} {shlex.join([*pinned, *redact_secret_flags(launch.argv)])}".strip()

@@ -18,9 +18,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy only where the model is written: every loadgen command reads tiny_path
+    import numpy as np
 
 from loadgen.workload.words import WORDS
 
@@ -82,6 +83,8 @@ def ensure_tiny() -> Path:
 
 def _corpus(rng: np.random.Generator, words: int = 200_000) -> list[str]:
     """Lines of pseudo-words: enough distinct pairs for BPE to fill the vocabulary."""
+    import numpy as np
+
     syllables = np.array(_SYLLABLES)
     lengths = rng.integers(1, 5, size=words)
     picks = rng.integers(0, len(syllables), size=int(lengths.sum()))
@@ -116,6 +119,8 @@ def train_tokenizer(rng: np.random.Generator) -> Any:
 
 
 def _weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    import numpy as np
+
     head_dim = HIDDEN // HEADS
 
     def normal(*shape: int) -> np.ndarray:
@@ -143,6 +148,7 @@ def _weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def write_tiny(out: Path) -> None:
     """Write the whole checkpoint into ``out`` (deterministic for a given ``VERSION``)."""
+    import numpy as np
     from safetensors.numpy import save_file
 
     rng = np.random.default_rng(SEED)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.errors import ScenarioError
-from loadgen.scenario.shapes import Lengths
+from loadgen.scenario.shapes import MAX_TOKENS, Lengths
 
 
 @lru_cache(maxsize=16)
@@ -35,8 +35,8 @@ def read_histogram(path: Path) -> tuple[np.ndarray, np.ndarray]:
             if lineno == 1:
                 continue  # a header
             raise ScenarioError(f"{path}:{lineno}: expected 'length,weight' (an integer and a number)") from None
-        if length < 1 or weight < 0 or not math.isfinite(weight):
-            raise ScenarioError(f"{path}:{lineno}: length must be >= 1 and weight >= 0")
+        if not 1 <= length <= MAX_TOKENS or weight < 0 or not math.isfinite(weight):
+            raise ScenarioError(f"{path}:{lineno}: length must be 1 to {MAX_TOKENS:,} and weight >= 0")
         lengths.append(length)
         weights.append(weight)
     total = sum(weights)
@@ -54,12 +54,12 @@ def draw(dist: Lengths, nominal: int, rng: np.random.Generator) -> int:
         hi = max(math.ceil(nominal * (1 + dist.range_ratio)), 1)
         n = int(rng.integers(lo, hi + 1))
     elif dist.kind == "normal":
-        n = round(rng.normal(nominal, dist.stdev))
-    elif dist.kind == "lognormal":
-        n = round(nominal * math.exp(rng.normal(0.0, dist.sigma)))
+        n = round(min(max(rng.normal(nominal, dist.stdev), 0.0), MAX_TOKENS))  # (a huge stdev draws +-inf)
+    elif dist.kind == "lognormal":  # (the exponent bounded: e**50 is past any clip, and exp(1000) overflows)
+        n = round(min(nominal * math.exp(min(rng.normal(0.0, dist.sigma), 50.0)), MAX_TOKENS))
     else:
         assert dist.file is not None
         lengths, probs = read_histogram(dist.file)
         n = int(rng.choice(lengths, p=probs))
-    hi = dist.max if dist.max is not None else max(n, dist.min)
+    hi = dist.max if dist.max is not None else min(max(n, dist.min), MAX_TOKENS)
     return int(min(max(n, dist.min), hi))

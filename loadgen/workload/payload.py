@@ -15,8 +15,9 @@ import orjson
 
 from loadgen.data import RequestBody
 from loadgen.errors import UsageError
-from loadgen.scenario.schema import ENV_REF, Sampling, Target, header_problem
 from loadgen.scenario.shapes import ResponseFormat
+from loadgen.scenario.target import Sampling, Target
+from loadgen.scenario.wire import ENV_REF, header_problem
 
 Api = Literal["completions", "chat", "responses", "embeddings"]
 ENDPOINTS: dict[str, str] = {"completions": "/completions", "chat": "/chat/completions", "responses": "/responses",

@@ -30,9 +30,10 @@ import numpy as np
 
 from loadgen.data import RequestBody
 from loadgen.scenario.matrix import Cell
-from loadgen.scenario.schema import PromptFile, Sampling, Scenario, Target, Workload
+from loadgen.scenario.schema import PromptFile, Scenario, Workload
 from loadgen.scenario.sessionfile import FileSession, read_sessions
 from loadgen.scenario.shapes import Dataset
+from loadgen.scenario.target import Sampling, Target
 from loadgen.workload import datasets
 from loadgen.workload.datasets import Sample
 from loadgen.workload.images import directory_files, request_images

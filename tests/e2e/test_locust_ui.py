@@ -19,6 +19,8 @@ from loadgen.servers.launch import free_port
 from tests.browser import browser_fixture, console_errors, keep_screenshots, wait_for
 from tests.conftest import StartSim
 
+pytestmark = pytest.mark.browser
+
 By = pytest.importorskip("selenium.webdriver.common.by", reason="pip install selenium (the test extra)").By
 Keys = pytest.importorskip("selenium.webdriver.common.keys").Keys
 WebDriver = Any
@@ -196,9 +198,27 @@ def test_locust_counts_requests_and_the_llm_tab_charts_the_run(
         wait_for(lambda: browser.execute_script("return document.querySelectorAll('canvas, svg').length") > 0)
         assert console_errors(browser)[errors_before:] == []
         browser.save_screenshot(str(tmp_path / "report.png"))
+
+        # the way out: the LLM tab's Quit (confirmed) ends Locust cleanly, the run not interrupted
+        browser.get(url)
+        tab(browser, "LLM")
+        quit_button = wait_for(lambda: browser.find_elements(By.ID, "loadgen-quit"))[0]
+        quit_button.click()
+        from selenium.common.exceptions import NoAlertPresentException
+
+        def confirm_box() -> Any:
+            try:
+                return browser.switch_to.alert
+            except NoAlertPresentException:
+                return None
+
+        wait_for(confirm_box).accept()
+        assert ui.wait(timeout=60) == 0
+        assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is False
     finally:
-        ui.terminate()
-        ui.wait(timeout=30)
+        if ui.poll() is None:
+            ui.terminate()
+            ui.wait(timeout=30)
         keep_screenshots(tmp_path)
     for png in ("start.png", "llm-running.png", "llm-stopped.png", "report.png"):
         assert (tmp_path / png).stat().st_size > 10_000

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from loadgen.results.records import read_records
 from loadgen.results.rundir import rebuild_summary
@@ -25,6 +26,7 @@ matrix:
 """
 
 
+@pytest.mark.engines
 def test_reduced_grid_on_two_engines_renders_the_published_tables(tmp_path: Path, vllm_cpu: None) -> None:
     run_dir = tmp_path / "grid"
     r = loadgen("run", str(scenario(tmp_path, GRID)), "--out", str(run_dir))
@@ -114,6 +116,7 @@ matrix:
 """
 
 
+@pytest.mark.engines
 def test_a_failed_engine_is_recorded_and_the_matrix_goes_on(tmp_path: Path) -> None:
     (tmp_path / "broken").mkdir()  # a model directory with nothing in it: the engine exits at load
     path = scenario(tmp_path, SIM_MATRIX.format(n=3, broken=tmp_path / "broken"))

@@ -47,6 +47,7 @@ def test_a_sweep_prints_every_figure_whole(start_sim: StartSim, tmp_path: Path, 
             assert figure in tokens, (figure, report[-3000:])
 
 
+@pytest.mark.slow
 def test_200000_prompts_at_80_columns_say_they_are_being_made_and_keep_their_count(
         start_sim: StartSim, tmp_path: Path) -> None:
     """The big input: making 200,000 requests takes seconds before the first is sent; the terminal

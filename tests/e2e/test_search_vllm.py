@@ -11,28 +11,30 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from loadgen.results.capacity import next_value
 from loadgen.results.records import read_records
 from loadgen.scenario.shapes import Search
 
+pytestmark = pytest.mark.engines
+
 SEARCH = {"by": "concurrency", "min": 1, "max": 8,
           "slo": {"ttft_ms": {"p99": 2000}, "tpot_ms": {"p99": 8}, "error_rate": 0.0}}
 SCENARIO = f"""
 name: vllm-capacity
-serve: {{backend: vllm, model: tiny}}
 workload: {{num_prompts: 24, input_tokens: 64, output_tokens: 16}}
 load:
   search: {json.dumps(SEARCH)}
 """
 
 
-def test_a_search_on_vllm_finishes_and_plots(vllm_cpu: None, tmp_path: Path) -> None:
+def test_a_search_on_vllm_finishes_and_plots(vllm_engine: str, tmp_path: Path) -> None:
     path = tmp_path / "search.yaml"
     path.write_text(SCENARIO)
     run_dir = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(run_dir)],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, "-m", "loadgen", "run", str(path), "--base-url", vllm_engine,
+                           "--out", str(run_dir)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     cap = summary["capacity"]

@@ -16,7 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from loadgen.cli import app
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.redact import dump_scenario
 from loadgen.servers.launch import free_port
@@ -153,6 +155,29 @@ def test_a_malformed_base_url_is_one_line_without_its_password(tmp_path: Path, u
     assert not (tmp_path / "run").exists()
 
 
+def test_a_server_that_cannot_list_models_is_named_without_the_urls_password(tmp_path: Path) -> None:
+    """Nothing listening, and a server that answers the model list with something else: the line
+    names the address, its user and password left out."""
+    pw = secrets.token_hex(8)
+    down = free_port("127.0.0.1")
+    other = ListsNoModels()
+    try:
+        for port, says in ((down, "/models: cannot list models ("), (other.port, "/models: cannot list models (not an OpenAI /models answer)")):
+            result = CliRunner().invoke(app, ["run", "--base-url", f"http://alice:{pw}@127.0.0.1:{port}/v1",
+                                              "--num-prompts", "2", "--out", str(tmp_path / str(port))])
+            assert result.exit_code == 3, result.output
+            assert f"http://<redacted>@127.0.0.1:{port}/v1{says}" in " ".join(result.output.split())
+            assert pw not in result.output
+    finally:
+        other.close()
+
+
+class ListsNoModels(RawServer):
+    def serve(self, conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n[]")
+
+
 def test_a_header_value_with_a_line_break_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({
@@ -185,6 +210,7 @@ def test_bench_serve_headers_are_redacted_in_provenance(start_sim: StartSim, tmp
     assert b"Authorization=<redacted>" in (out / "provenance.json").read_bytes()
 
 
+@pytest.mark.locust
 def test_locust_host_password_is_written_nowhere(start_sim: StartSim, tmp_path: Path) -> None:
     url = start_sim(ttft_ms=2, itl_ms=1)
     pw = secrets.token_hex(10)
@@ -275,6 +301,7 @@ def test_a_password_in_the_base_url_is_sent_as_basic_auth_and_written_nowhere(tm
     assert pw not in proc.stdout + proc.stderr
 
 
+@pytest.mark.locust
 def test_the_locust_web_ui_shows_no_password(start_sim: StartSim, tmp_path: Path) -> None:
     url = start_sim(ttft_ms=2, itl_ms=1)
     pw = secrets.token_hex(10)

@@ -26,7 +26,7 @@ def texts() -> list[tuple[str, str]]:
     out = []
     for path in sorted((ROOT / "loadgen").rglob("*.py")):
         out += [(f"{path.relative_to(ROOT)}:{line}", text) for line, text in user_strings(path)]
-    for pattern in ("README.md", "scenarios/*.yaml", "servers/*", "loadgen/**/*.js", "loadgen/**/*.yaml"):
+    for pattern in ("README.md", "CONTRIBUTING.md", "docs/**/*.md", "mkdocs.yml", "scenarios/*.yaml", "servers/*", "loadgen/**/*.js", "loadgen/**/*.yaml"):
         for path in sorted(ROOT.glob(pattern)):
             if path.is_file() and "vendor" not in path.parts:  # a vendored library is its authors' text
                 out += [(f"{path.relative_to(ROOT)}:{n}", line)

@@ -1,11 +1,13 @@
 """What vLLM checks and fills in on a completion request, for loadgen's own servers: the model
-named must be the one served (404), ``max_tokens`` at least 1 (400), chat without a length
+named must be the one served (404), ``max_tokens`` at least 1 and the sampling parameters in
+vLLM's bounds (400, in its words), chat without a length
 runs to the context's end while completions stop at 16, ``n`` choices, ``stop`` strings,
 ``echo`` and ``logprobs``; errors in vLLM's body, ``{"error": {message, type, param, code}}``,
 so that an OpenAI SDK reads ``e.code`` and ``e.param``."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 
@@ -83,13 +85,62 @@ def ask_of(body: RequestBody, *, chat: bool, served: str, prompt_tokens: int, ma
     n = _int(body, "n")
     if n is not None and n < 1:
         raise RequestRefused(f"n must be at least 1, got {n}.", param="n")
+    check_sampling(body, max_tokens)
     stop = body.get("stop")
+    if stop == "" or (isinstance(stop, list) and "" in stop):
+        raise RequestRefused("stop cannot contain an empty string.")
     stops = (stop,) if isinstance(stop, str) else tuple(s for s in stop or () if isinstance(s, str) and s)
     if chat:
         logprobs = (_int(body, "top_logprobs") or 0) if body.get("logprobs") else None
     else:
         logprobs = _int(body, "logprobs")
     return Ask(max_tokens, n or 1, stops, bool(body.get("echo")) and not chat, logprobs)
+
+
+def _number(body: RequestBody, name: str) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RequestRefused(f"{name} must be a number, got {value!r}.", param=name)
+    return float(value)
+
+
+def _said(message: str, name: str, value: float) -> RequestRefused:
+    """A refusal that names its field, worded as vLLM words it (the field and value appended)."""
+    return RequestRefused(f"{message} (parameter={name}, value={value})", param=name)
+
+
+def check_sampling(body: RequestBody, max_tokens: int) -> None:
+    """vLLM's checks of the sampling parameters (its SamplingParams), in its order and words:
+    RequestRefused (400, BadRequestError) at the first it fails; a float field reads as a float
+    (``-1`` is ``-1.0``)."""
+    for name in ("presence_penalty", "frequency_penalty"):
+        if (v := _number(body, name)) is not None and not -2.0 <= v <= 2.0:
+            raise RequestRefused(f"{name} must be in [-2, 2], got {v}.")
+    if (v := _number(body, "repetition_penalty")) is not None:
+        if not math.isfinite(v):
+            raise RequestRefused(f"repetition_penalty must be a finite number, got {v}.")
+        if v <= 0.0:
+            raise RequestRefused(f"repetition_penalty must be greater than zero, got {v}.")
+    if (v := _number(body, "temperature")) is not None:
+        if not math.isfinite(v):
+            raise _said(f"temperature must be a finite number, got {v}.", "temperature", v)
+        if v < 0.0:
+            raise _said(f"temperature must be non-negative, got {v}.", "temperature", v)
+        if v > 2.0:
+            raise _said(f"temperature must be in [0, 2], got {v}.", "temperature", v)
+    if (v := _number(body, "top_p")) is not None and not 0.0 < v <= 1.0:
+        raise _said(f"top_p must be in (0, 1], got {v}.", "top_p", v)
+    if (k := _int(body, "top_k")) is not None and k < -1:
+        raise RequestRefused(f"top_k must be 0 (disable), or at least 1, got {k}.")
+    if (v := _number(body, "min_p")) is not None and not 0.0 <= v <= 1.0:
+        raise RequestRefused(f"min_p must be in [0, 1], got {v}.")
+    if (m := _int(body, "min_tokens")) is not None:
+        if m < 0:
+            raise RequestRefused(f"min_tokens must be greater than or equal to 0, got {m}.")
+        if m > max_tokens:
+            raise RequestRefused(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {m}.")
 
 
 def stop_at(words: list[str], stops: tuple[str, ...]) -> tuple[int, str] | None:

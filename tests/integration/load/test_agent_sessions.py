@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.results.records import RequestRecord, read_records
 from tests.conftest import StartSim
+from tests.integration.load.test_sim_accuracy import sim_metrics
+from tests.integration.report.test_llmd import reports
 
 TOOLS = [{"type": "function", "function": {
     "name": "search_flights", "description": "flights to a city",
@@ -102,8 +104,14 @@ def test_a_session_file_is_replayed_in_order_with_tool_calls_answered_and_think_
     assert (calls["requests"], calls["expected_turns"], calls["as_expected"]) == (4, 2, 0.5)
     assert "as the session file expected in 50% of 2 turns" in output
     assert [t["requests"] for t in cell["metrics"]["turns"]] == [2, 2, 1]
+    # llm-d's report of it (its sessions' turns vary: up to the file's longest, 3)
+    (llmd,) = reports(tmp_path / "run")
+    assert llmd["scenario"]["load"]["standardized"]["multi_turn"] == {
+        "enabled": True, "max_turns": {"distribution": "other", "value": 3, "max": 3}}
 
 
+@pytest.mark.alone  # its first tokens are timed to 6 ms: a busy machine delayed the simulator's answers by
+# 6 to 17 ms before its clock started (four readings in two CI runs), which its lateness does not show
 @pytest.mark.parametrize("history", ["full", "previous-response"])
 def test_the_responses_api_carries_the_same_conversation(start_sim: StartSim, tmp_path: Path, history: str) -> None:
     """Whole, or with only what is new and the previous answer's id: the simulator sees the
@@ -114,12 +122,15 @@ def test_the_responses_api_carries_the_same_conversation(start_sim: StartSim, tm
     assert {s: [r.prompt_tokens for r in rs] for s, rs in sessions.items()} == RESPONSES_PROMPTS
     assert [(r.output_tokens, r.tool_call_tokens) for r in sessions[0]] == [(8, 8), (6, 0), (6, 6)]
     alone = [r for r in records if r.chunk_offsets_s[0] != r.chunk_offsets_s[1]]
+    # within 6 ms and the simulator's latest chunk (a busy machine puts its timers off: 8 ms once,
+    # in a clean-clone CI run)
+    late = sim_metrics(base_url)["loadgen_sim_chunk_lateness_seconds_max"]
     for r in alone:  # the first token: the call's first arguments, or the text's
-        assert r.ttft_s == pytest.approx(0.020, abs=0.006)
+        assert r.ttft_s == pytest.approx(0.020, abs=0.006 + late)
     # (a client held up on a busy machine reads several tokens at once, TCP having merged them:
     # they share the read's time, which the record counts)
     assert all(r.coalesced_reads >= 1 for r in records if r not in alone)
-    assert len(alone) >= len(records) // 2
+    assert alone  # the check above is not empty (how many, depends on how busy the machine is)
     assert cell["metrics"]["tool_calls"]["as_expected"] == 0.5
 
 
@@ -154,3 +165,13 @@ def test_a_bad_session_file_is_one_line_naming_the_line_and_field(tmp_path: Path
         result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run")])
         assert result.exit_code == 2, result.output
         assert needle in " ".join(result.output.split()), result.output
+    # a call the tools do not define (or no tools at all): named before the run, not counted as unmet
+    (tmp_path / "sessions.jsonl").write_text(json.dumps(SESSIONS[0]).replace("search_flights", "book_hotel") + "\n")
+    (tmp_path / "tools.json").write_text(json.dumps(TOOLS))
+    for tools, defined in (("tools: {file: tools.json}, ", "search_flights"),
+                           ("", "none: the scenario gives no workload.tools")):
+        path.write_text(f"target: {{api: chat}}\nworkload: {{{tools}multi_turn: {{file: sessions.jsonl}}}}\n")
+        result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run")])
+        assert result.exit_code == 2, result.output
+        assert (f"sessions.jsonl:1: turns[0].tool_calls: 'book_hotel' is not a function of workload.tools "
+                f"(defined: {defined})") in " ".join(result.output.split()), result.output

@@ -18,13 +18,13 @@ from tests.conftest import StartSim
 ROOT = Path(__file__).parents[3]
 
 
-def test_bench_serve_paces_128_requests_at_rate_4_like_vllm(start_sim: StartSim, tmp_path: Path) -> None:
+def test_bench_serve_paces_128_requests_at_rate_16_like_vllm(start_sim: StartSim, tmp_path: Path) -> None:
     url = start_sim(ttft_ms=5, itl_ms=2)
     out, result = tmp_path / "run", tmp_path / "result.json"
     proc = subprocess.run(
         [sys.executable, "-m", "loadgen", "bench", "serve", "--base-url", url.removesuffix("/v1"),
          "--model", "loadgen-sim", "--dataset-name", "random", "--random-input-len", "16",
-         "--random-output-len", "8", "--num-prompts", "128", "--request-rate", "4", "--seed", "7",
+         "--random-output-len", "8", "--num-prompts", "128", "--request-rate", "16", "--seed", "7",
          "--out", str(out), "--save-result", "--result-filename", str(result)],
         cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
     )
@@ -32,14 +32,14 @@ def test_bench_serve_paces_128_requests_at_rate_4_like_vllm(start_sim: StartSim,
     measured = sorted((r for r in read_records(out / "records.jsonl") if not r.warmup), key=lambda r: r.request_id)
     assert len(measured) == 128
     # the send schedule is vLLM's rule on the seed's gaps: the same offsets, relative to the start
-    expected = vllm_offsets(128, 4.0, Arrivals(4.0, "poisson", 1.0, 7))
+    expected = vllm_offsets(128, 16.0, Arrivals(16.0, "poisson", 1.0, 7))
     start = measured[0].scheduled_at - expected[0]
     assert [r.scheduled_at - start for r in measured] == pytest.approx(expected, abs=1e-6)
-    assert expected[-1] == pytest.approx(32.0)
-    # and the benchmark's duration, as vLLM counts it (from before the first gap), is 32 s and the
-    # last answer: within 2%
+    assert expected[-1] == pytest.approx(8.0)
+    # and the benchmark's duration, as vLLM counts it (from before the first gap), is 8 s and the
+    # last answer (about 20 ms): within 2%
     duration = json.loads(result.read_text())["duration"]
-    assert duration == pytest.approx(32.0, rel=0.02)
+    assert duration == pytest.approx(8.0, rel=0.02)
 
 
 def test_vllms_harmless_flags_are_taken_and_append_result_appends(start_sim: StartSim, tmp_path: Path) -> None:

@@ -14,10 +14,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from loadgen.load.run import execute
 from loadgen.results.records import read_records
+from loadgen.scenario.loader import parse_scenario
 from tests.rawserver import MODELS, RawServer, is_models
 
 ROOT = Path(__file__).parents[3]
@@ -28,6 +30,8 @@ GAP_S = 0.002
 class ClosesAfterEachAnswer(RawServer):
     """Streams 12 tokens 2 ms apart, says ``Connection: keep-alive`` and then closes; counts
     the connections it accepted and the requests it answered."""
+
+    interim = b""  # sent before the answer's own head
 
     def __init__(self) -> None:
         self.connections = 0
@@ -51,7 +55,7 @@ class ClosesAfterEachAnswer(RawServer):
             return
         while b"\r\n\r\n" in head and len(head.split(b"\r\n\r\n", 1)[1]) < _length(head):
             head += conn.recv(65536)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + keep
+        conn.sendall(self.interim + b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + keep
                      + b"Transfer-Encoding: chunked\r\n\r\n")
         for i in range(TOKENS):
             time.sleep(GAP_S)
@@ -64,6 +68,12 @@ class ClosesAfterEachAnswer(RawServer):
         conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
         with self.lock:
             self.answered += 1
+
+
+class SendsEarlyHints(ClosesAfterEachAnswer):
+    """The same answers, each after an interim ``103 Early Hints`` (as a CDN in front may send)."""
+
+    interim = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload; as=style\r\n\r\n"
 
 
 def _length(head: bytes) -> int:
@@ -163,6 +173,7 @@ def test_a_request_on_a_connection_closed_unanswered_is_sent_again_once(tmp_path
     assert all(r.retries <= 1 for r in records)
 
 
+@pytest.mark.locust
 def test_locust_users_lose_no_request_to_the_habit_either(tmp_path: Path) -> None:
     server = ClosesAfterEachAnswer()
     path = tmp_path / "s.yaml"
@@ -190,7 +201,7 @@ def test_the_locust_client_notices_a_close_that_came_before_its_next_request() -
     from geventhttpclient.url import URL
 
     from loadgen.locust.transport import closed_after_answer, open_client
-    from loadgen.scenario.schema import Timeouts
+    from loadgen.scenario.target import Timeouts
 
     server = ClosesAfterEachAnswer()
     try:
@@ -203,3 +214,19 @@ def test_the_locust_client_notices_a_close_that_came_before_its_next_request() -
     finally:
         server.close()
     assert closes == 2  # the second and third requests each found the last one's connection closed
+
+
+def test_an_interim_answer_before_each_stream_is_passed_over(tmp_path: Path) -> None:
+    """``103 Early Hints`` before each answer: every request is measured on the answer after it
+    (each failed as "HTTP 103 where a stream was expected")."""
+    server = SendsEarlyHints()
+    try:
+        execute(parse_scenario({**SCENARIO, "target": {"model": "m", "base_url": server.base_url},
+                                "workload": {**SCENARIO["workload"], "num_prompts": 12}, "load": {"concurrency": 2}}),
+                tmp_path / "run")
+    finally:
+        server.close()
+    records = [r for r in read_records(tmp_path / "run" / "records.jsonl") if not r.warmup]
+    assert len(records) == 12
+    assert [r.error for r in records] == [None] * 12
+    assert {(r.output_tokens, len(r.chunk_offsets_s)) for r in records} == {(TOKENS, TOKENS)}

@@ -9,7 +9,7 @@ from loadgen.load.client import ClientConfig, PreparedRequest, StreamingClient
 from loadgen.load.dispatch import LoadPlan, run_load
 from loadgen.load.schedule import concurrency_shares, iter_offsets
 from loadgen.results.records import RequestRecord
-from loadgen.scenario.schema import Sampling, Target
+from loadgen.scenario.target import Sampling, Target
 from loadgen.workload.payload import Prompt, build_payload, encode_payload
 from tests.conftest import StartSim
 

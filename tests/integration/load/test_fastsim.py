@@ -69,15 +69,18 @@ def test_fastsim_builds_and_holds_the_simulator_contract(tmp_path: Path) -> None
     assert m["output_tokens_total"] == PROMPTS * OUTPUT == stats["tokens"]
     assert m["token_count_source"] == "usage"
     assert m["output_tokens_short"] == 0
-    # the server's true times are the contract; the client sees them within its own delay
-    assert stats["ttft_ms"]["p50"] == pytest.approx(TTFT_MS, abs=1.0)
-    assert stats["itl_ms"]["p50"] == pytest.approx(ITL_MS, abs=0.5)
+    # the server's true times are the contract, within how late its own sends were on this
+    # machine at the time (its /stats measure that too: a busy core wakes it late); the client
+    # sees them within its own delay
+    late = stats["late_ms"]["p99"]
+    assert stats["ttft_ms"]["p50"] == pytest.approx(TTFT_MS, abs=1.0 + late)
+    assert stats["itl_ms"]["p50"] == pytest.approx(ITL_MS, abs=0.5 + late)
     # one true TPOT a request (its last token less its first, over its tokens less one)
     assert stats["tpot_ms"]["count"] == PROMPTS
-    assert stats["tpot_ms"]["p50"] == pytest.approx(ITL_MS, abs=0.5)
+    assert stats["tpot_ms"]["p50"] == pytest.approx(ITL_MS, abs=0.5 + late)
     assert m["tpot_s"]["p50"] * 1e3 == pytest.approx(stats["tpot_ms"]["p50"], abs=0.5)
-    assert m["ttft_s"]["p50"] * 1e3 == pytest.approx(TTFT_MS, abs=3.0)
-    assert m["itl_s"]["p50"] * 1e3 == pytest.approx(ITL_MS, abs=1.0)
+    assert m["ttft_s"]["p50"] * 1e3 == pytest.approx(stats["ttft_ms"]["p50"], abs=3.0)
+    assert m["itl_s"]["p50"] * 1e3 == pytest.approx(stats["itl_ms"]["p50"], abs=1.0)
 
 
 def test_fastsim_threads_serve_one_port_and_its_stats_merge_them(tmp_path: Path) -> None:
@@ -100,7 +103,7 @@ def test_fastsim_threads_serve_one_port_and_its_stats_merge_them(tmp_path: Path)
     assert stats["tokens"] == m["output_tokens_total"] == prompts * OUTPUT
     assert stats["ttft_ms"]["count"] == stats["tpot_ms"]["count"] == prompts
     assert stats["itl_ms"]["count"] == prompts * (OUTPUT - 1)
-    assert stats["itl_ms"]["p50"] == pytest.approx(ITL_MS, abs=0.5)
+    assert stats["itl_ms"]["p50"] == pytest.approx(ITL_MS, abs=0.5 + stats["late_ms"]["p99"])
     # a reset clears every thread's samples
     assert (after["requests"], after["tokens"], after["thread_requests"]) == (0, 0, [0, 0])
     assert after["itl_ms"] == {"count": 0}
@@ -157,6 +160,7 @@ def test_fastsim_past_its_capacity_still_reads_new_requests(tmp_path: Path) -> N
     assert streams_ended_first == 0
 
 
+@pytest.mark.alone  # the reference clients' TTFT within 3 ms: a crowded machine delays them more
 @pytest.mark.parametrize("client", ["refclient", "pyfloor"])
 def test_the_benchmarks_reference_clients_count_what_fastsim_sent(tmp_path: Path, client: str) -> None:
     # the floors the capacity benchmark holds loadgen against (in C, and in Python with no
@@ -184,4 +188,4 @@ def test_the_benchmarks_reference_clients_count_what_fastsim_sent(tmp_path: Path
     assert (len(out["ttft_us"]), len(out["itl_us"]), len(out["tpot_us"])) == (
         requests, requests * (OUTPUT - 1), requests)
     assert sorted(out["tpot_us"])[requests // 2] / 1e3 == pytest.approx(stats["tpot_ms"]["p50"], abs=1.0)
-    assert sorted(out["ttft_us"])[requests // 2] / 1e3 == pytest.approx(TTFT_MS, abs=3.0)
+    assert sorted(out["ttft_us"])[requests // 2] / 1e3 == pytest.approx(stats["ttft_ms"]["p50"], abs=3.0)

@@ -40,6 +40,7 @@ def itl_ms(r: RequestRecord) -> float:
     return (r.chunk_offsets_s[1] - r.chunk_offsets_s[0]) * 1e3
 
 
+@pytest.mark.alone
 def test_a_busy_client_keeps_the_true_itl_with_kernel_stamps_and_not_without(
     start_sim: StartSim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -54,8 +55,10 @@ def test_a_busy_client_keeps_the_true_itl_with_kernel_stamps_and_not_without(
         assert itl_ms(r) == pytest.approx(10, abs=1 + late_ms)  # when the second token's bytes arrived
         assert r.ttft_s == pytest.approx(0.050, abs=0.003 + late_ms / 1e3)
         assert r.client_delay_s is not None
-        # handled 30 ms after the first token's read, 20 after it came
-        assert r.client_delay_s * 1e3 == pytest.approx(20, abs=3 + late_ms)
+        # handled 30 ms after the first token's read, 20 after it came; more where that read was
+        # itself late (the client woken 5 ms late once in the alone phase of the whole suite),
+        # never more than the 30 ms hold after it
+        assert 17 - late_ms < r.client_delay_s * 1e3 < 33 + late_ms
     client = cell["client"]
     assert client["clock"] == "kernel"
     # every read is handled within the 30 ms the client is held after the read before it (the
@@ -70,6 +73,7 @@ def test_a_busy_client_keeps_the_true_itl_with_kernel_stamps_and_not_without(
     assert cell_loop["client"]["client_delay_ms"] is None
 
 
+@pytest.mark.alone
 def test_an_idle_client_says_its_reads_were_handled_at_once(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=20, itl_ms=2)
     records, cell, _, output = run(base_url, tmp_path, "auto", "auto")  # the default: the kernel's, on Linux

@@ -21,7 +21,7 @@ from loadgen.load.client import ClientConfig, PreparedRequest, StreamingClient
 from loadgen.load.dispatch import LoadPlan, run_load
 from loadgen.load.schedule import iter_offsets
 from loadgen.results.records import RequestRecord
-from loadgen.scenario.schema import Sampling, Target, Timeouts
+from loadgen.scenario.target import Sampling, Target, Timeouts
 from loadgen.workload.payload import Prompt, build_payload, encode_payload
 from tests.conftest import StartSim
 from tests.integration.load.test_connection_habits import ClosesAfterEachAnswer

@@ -42,6 +42,7 @@ def scenario(base_url: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.alone
 def test_each_run_draws_its_own_seed_and_the_server_caches_nothing_twice(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=5, itl_ms=1)
     seeds = []

@@ -14,7 +14,7 @@ from loadgen.load.run import execute
 from loadgen.results.records import read_records
 from loadgen.results.rundir import rebuild_summary
 from loadgen.scenario.loader import parse_scenario
-from loadgen.scenario.schema import default_total_s
+from loadgen.scenario.target import default_total_s
 from tests.conftest import StartSim
 from tests.rawserver import MODELS_ANSWER, RawServer, is_models
 

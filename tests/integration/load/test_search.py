@@ -3,8 +3,11 @@
 With ``max_seqs`` 24, ITL 10 ms and +0.5 ms per other request served, a closed loop of C
 streams at ITL 10 + 0.5 (C - 1) ms: TPOT 20.0 ms at 21, 20.5 at 22. With TPOT p99 <= 20.25 ms
 the answer is 21 and TPOT binds. With ``max_seqs`` 8 and no per-stream cost, a ninth stream
-waits a whole request (50 + 31 x 10 = 360 ms) for a slot: TTFT binds at 9. Open loop, 4 slots
+waits a whole request (50 + 15 x 10 = 200 ms) for a slot: TTFT binds at 9. Open loop, 4 slots
 each busy 50 + 19 x 10 = 240 ms serve at most 4 / 0.24 = 16.7 requests/s.
+
+Answers of 16 tokens: TPOT is a per-token figure, so longer answers would only lengthen each
+probe (the low-concurrency probes of a search from 1 are most of its time).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from loadgen.results.rundir import rebuild_summary
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import CpuHog, StartSim
 
+pytestmark = pytest.mark.slow
+
 
 def search_scenario(base_url: str, search: dict[str, Any], *, prompts: int, output: int,
                     **load: Any) -> dict[str, Any]:
@@ -47,15 +52,17 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-@pytest.mark.parametrize("hog", [None, "server"], ids=["quiet", "cpu-hog-on-the-server-core"])
+@pytest.mark.parametrize(("hog", "lowest"), [(None, 1), ("server", 16)], ids=["quiet", "cpu-hog-on-the-server-core"])
 def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, cpu_hog: CpuHog, tmp_path: Path,
-                                               hog: str | None) -> None:
+                                               hog: str | None, lowest: int) -> None:
+    """From 1 on a quiet machine; from 16 with a busy program on the server's core (the probes
+    below 16 are far from the boundary, and the busy core is what is checked)."""
     if hog is not None:
         cpu_hog(hog)
     base_url = start_sim(max_seqs=24, itl_per_seq_us=500)
     slo = {"ttft_ms": {"p99": 300}, "tpot_ms": {"p99": 20.25}}
-    sc = parse_scenario(search_scenario(base_url, {"by": "concurrency", "min": 1, "max": 256, "slo": slo},
-                                        prompts=60, output=32))
+    sc = parse_scenario(search_scenario(base_url, {"by": "concurrency", "min": lowest, "max": 256, "slo": slo},
+                                        prompts=42, output=16))
     result = execute(sc, tmp_path / "run")
     cap = result.summary.to_dict()["capacity"]
 
@@ -64,7 +71,7 @@ def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, cpu_hog: Cpu
     assert cap["limiting_slo"] == ["tpot_ms.p99"]
     assert cap["complete"] is True
     probes = {p["value"]: p for p in cap["probes"]}
-    assert [p["value"] for p in cap["probes"]] == [1, 2, 4, 8, 16, 32, 24, 20, 22, 21]
+    assert [p["value"] for p in cap["probes"]] == [v for v in [1, 2, 4, 8, 16, 32, 24, 20, 22, 21] if v >= lowest]
     assert len(cap["probes"]) <= 12
     # the simulator's truth: TPOT 10 + 0.5 (C - 1) ms once every stream runs beside C - 1 others,
     # within 0.15 ms and half the simulator's own mean lateness on this machine at the time (a
@@ -76,14 +83,15 @@ def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, cpu_hog: Cpu
     assert 20.0 <= probes[21]["figures"]["tpot_ms.p99"] <= 20.25
     assert 20.3 <= probes[22]["figures"]["tpot_ms.p99"] <= 20.6 + tol
     assert probes[16]["figures"]["tpot_ms.p99"] == pytest.approx(17.5, abs=tol)
-    assert probes[1]["figures"]["tpot_ms.p99"] == pytest.approx(10.0, abs=tol)
+    if lowest == 1:
+        assert probes[1]["figures"]["tpot_ms.p99"] == pytest.approx(10.0, abs=tol)
     assert all(p["figures"]["ttft_ms.p99"] < 300 for v, p in probes.items() if v <= 24)
     assert cap["answer"].startswith("max concurrency meeting the SLOs: 21; TPOT p99 binds at 22 (20.")
-    # a closed loop of 21 streams each 50 + 31 x 20 ms long serves 21 / 0.67 = 31.3 requests/s
-    assert cap["request_throughput"] == pytest.approx(21 / (0.050 + 31 * 0.020), rel=0.05)
+    # a closed loop of 21 streams each 50 + 15 x 20 ms long serves 21 / 0.35 = 60 requests/s
+    assert cap["request_throughput"] == pytest.approx(21 / (0.050 + 15 * 0.020), rel=0.05)
     # every probe is a cell of its own with fresh prompts, numbered in the order it ran
     cells = result.summary.cells
-    assert [c.cell for c in cells] == list(range(10))
+    assert [c.cell for c in cells] == list(range(len(probes)))
     assert [c.params["concurrency"] for c in cells] == [p["value"] for p in cap["probes"]]
 
     # re-derived from the run directory alone
@@ -97,6 +105,10 @@ def test_tpot_binds_at_22_and_the_answer_is_21(start_sim: StartSim, cpu_hog: Cpu
     assert png_size(plot) == (round(4.2 * panels * 110), round(3.8 * 110))
 
 
+# alone: a busy client sends a stream's next request late, the server runs fewer streams than
+# the probe's, and their ITL drops (a probe of 17 read 36.30 ms, 1.6% under its truth, beside
+# Locust's processes in CI): the margins cover the jitter's spread, not a starved client's
+@pytest.mark.alone
 def test_ten_searches_on_a_jittered_server_agree_within_a_step_and_their_margins_cover_the_spread(
         start_sim: StartSim, tmp_path: Path) -> None:
     """Each request's ITL is (20 + 1.0 (C - 1)) x f ms, f drawn from N(1, 0.02): TPOT p90 is
@@ -122,22 +134,6 @@ def test_ten_searches_on_a_jittered_server_agree_within_a_step_and_their_margins
     for low, high in ranges:
         assert low <= min(answers), (ranges, answers)
         assert high >= max(answers), (ranges, answers)
-
-
-def test_ttft_binds_when_the_ninth_stream_queues(start_sim: StartSim, tmp_path: Path) -> None:
-    base_url = start_sim(max_seqs=8)
-    slo = {"ttft_ms": {"p99": 300}, "tpot_ms": {"p99": 50}}
-    sc = parse_scenario(search_scenario(base_url, {"by": "concurrency", "max": 64, "slo": slo},
-                                        prompts=60, output=32))
-    cap = execute(sc, tmp_path / "run").summary.to_dict()["capacity"]
-    assert cap["max_meeting_slo"] == 8
-    assert cap["binds_at"] == 9
-    assert cap["limiting_slo"] == ["ttft_ms.p99"]
-    probes = {p["value"]: p for p in cap["probes"]}
-    # the queued stream waits for a slot: 360 ms, plus its own 50 ms to the first token
-    assert probes[9]["figures"]["ttft_ms.p99"] == pytest.approx(410, abs=15)
-    assert probes[8]["figures"]["ttft_ms.p99"] < 60
-    assert cap["answer"].startswith("max concurrency meeting the SLOs: 8; TTFT p99 binds at 9 (")
 
 
 def test_rate_search_finds_the_analytic_capacity(start_sim: StartSim, tmp_path: Path) -> None:
@@ -197,7 +193,12 @@ def test_an_interrupted_search_resumes_from_its_finished_probes(tmp_path: Path) 
     # 1, 2, 4, 8 meet; 16 breaks TTFT (a ninth stream waits 200 ms for a slot); 12, 10, 9 too
     assert [p["value"] for p in cap["probes"]] == [1, 2, 4, 8, 16, 12, 10, 9]
     assert cap["max_meeting_slo"] == 8
+    assert cap["binds_at"] == 9
     assert cap["limiting_slo"] == ["ttft_ms.p99"]
+    probes = {p["value"]: p for p in cap["probes"]}
+    # the queued stream waits for a slot: 200 ms, plus its own 50 ms to the first token
+    assert probes[9]["figures"]["ttft_ms.p99"] == pytest.approx(250, abs=15)
+    assert probes[8]["figures"]["ttft_ms.p99"] < 60
     # the probes finished before the stop were not measured again: same cells, same records
     assert [p["cell"] for p in cap["probes"]][:len(before)] == [x["cell"] for x in before]
     after = [r for r in read_records(run_dir / "records.jsonl") if r.cell in kept]
@@ -213,8 +214,8 @@ def test_a_search_per_matrix_point_gives_the_comparison_in_slo_terms(tmp_path: P
         "name": "per-point",
         "serve": {"backend": "sim"},
         "matrix": {"serve.sim.max_seqs": [4, 8]},
-        "workload": {"num_prompts": 40, "input_tokens": 32, "output_tokens": 16},
-        "load": {"search": {"by": "concurrency", "max": 32, "slo": {"ttft_ms": {"p99": 150}}}},
+        "workload": {"num_prompts": 32, "input_tokens": 32, "output_tokens": 16},
+        "load": {"search": {"by": "concurrency", "min": 2, "max": 32, "slo": {"ttft_ms": {"p99": 150}}}},
     })
     summary = execute(sc, tmp_path / "run").summary
     caps = summary.to_dict()["capacity"]

@@ -22,6 +22,12 @@ def sim_metrics(base_url: str) -> dict[str, float]:
     return {k: float(v) for k, v in (line.split() for line in text.splitlines() if line and line[0] != "#")}
 
 
+def mean_lateness(sim: dict[str, float]) -> float:
+    """The simulator's own lateness (its chunks' mean, s) from its /metrics: how far a busy
+    machine put it off its schedule, the allowance of the timing checks."""
+    return sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"]
+
+
 def scenario(base_url: str, concurrency: int, prompts: int, output: int, **extra: object) -> dict[str, object]:
     data: dict[str, object] = {
         "name": "accuracy",
@@ -40,7 +46,7 @@ def accuracy(m: dict[str, Any], client: dict[str, Any], sim: dict[str, float]) -
     requests it takes in, by several times that) and, when the client's self-check names other
     programs on the client's core, the event-loop lag they caused. A client that is slow by its
     own fault gets no allowance: its self-check names no other program."""
-    lateness = sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"]
+    lateness = mean_lateness(sim)
     crowded = client["loop_lag_ms"]["p99"] / 1e3 if client["hogs"] else 0.0
     return {
         "ttft p50": (abs(m["ttft_s"]["p50"] - TTFT_S), 0.003 + 6 * lateness + crowded),
@@ -51,7 +57,7 @@ def accuracy(m: dict[str, Any], client: dict[str, Any], sim: dict[str, float]) -
 
 @pytest.mark.parametrize(
     ("concurrency", "prompts", "output", "hog"),
-    [(1, 12, 32, None), (64, 256, 128, None), (64, 256, 128, "server"), (64, 256, 128, "client")],
+    [(1, 12, 16, None), (64, 128, 64, None), (64, 128, 64, "server"), (64, 128, 64, "client")],
     ids=["c1", "c64", "c64-cpu-hog-on-the-server-core", "c64-cpu-hog-on-the-client-core"],
 )
 def test_figures_match_the_configured_truth(
@@ -89,7 +95,7 @@ def test_figures_match_the_configured_truth(
     assert result.summary.cells[0].server_prefix_cache_hit_rate == 0.0
     # the simulator kept its schedule well enough to be the reference (a few ms at worst on a
     # busy machine), and never sent a chunk early
-    assert sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"] < 0.005
+    assert mean_lateness(sim) < 0.005
     assert sim["loadgen_sim_chunk_lateness_seconds_min"] >= 0
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     assert len(records) == prompts + 4
@@ -97,6 +103,7 @@ def test_figures_match_the_configured_truth(
     assert sorted(r.request_id for r in records if r.request_id < 0) == [-2, -1]  # the probes
 
 
+@pytest.mark.alone
 def test_the_bounds_catch_a_client_that_falls_behind(
     start_sim: StartSim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -104,7 +111,7 @@ def test_the_bounds_catch_a_client_that_falls_behind(
     what a regression in its parsing would cost): the bounds that hold on a busy machine fail it."""
     monkeypatch.setenv(STARVE_ENV, "0.5")
     base_url = start_sim(ttft_ms=TTFT_S * 1e3, itl_ms=ITL_S * 1e3)
-    result = execute(parse_scenario(scenario(base_url, 64, 256, 128)), tmp_path / "run")
+    result = execute(parse_scenario(scenario(base_url, 64, 128, 64)), tmp_path / "run")
     cell = result.summary.to_dict()["cells"][0]
     assert cell["client"]["hogs"] == []  # nothing else to blame: the client itself is slow
     errors = accuracy(cell["metrics"], cell["client"], sim_metrics(base_url))
@@ -123,9 +130,16 @@ def test_open_loop_constant_rate_sends_on_schedule(start_sim: StartSim, tmp_path
     # 40 requests, 1/20 s apart, each 20 ms + 7 * 5 ms long: window 39/20 + 0.055 s
     assert m["request_throughput"] == pytest.approx(40 / (39 / 20 + 0.055), rel=0.05)
     assert m["send_lag_s"]["p50"] < 0.005
-    assert abs(m["ttft_from_schedule_s"]["p50"] - 0.020) < 0.005
+    # within 5 ms and the simulator's own mean lateness at the time, thrice (25.1 ms once, when
+    # the suite's other workers shared the 2 cores)
+    sim = sim_metrics(base_url)
+    late = mean_lateness(sim)
+    assert abs(m["ttft_from_schedule_s"]["p50"] - 0.020) < 0.005 + 3 * late
 
 
+# alone: its TTFT is held to 3 ms; beside other tests, with the reader under AddressSanitizer or in
+# Python (.ci/reader), it read 4.9 and 6.6 ms off in one CI run
+@pytest.mark.alone
 def test_chat_prompts_calibrated_to_exact_length_and_role_delta_not_a_token(
     start_sim: StartSim, tmp_path: Path
 ) -> None:
@@ -139,10 +153,14 @@ def test_chat_prompts_calibrated_to_exact_length_and_role_delta_not_a_token(
     assert m["prompt_tokens_mismatched"] == 0
     assert m["output_tokens_total"] == 8 * 16
     # the role-only first delta arrives at once; counting it would put TTFT near 0
-    assert abs(m["ttft_s"]["p50"] - 0.030) < 0.003
+    # within 3 ms and the simulator's own mean lateness on this machine at the time, thrice
+    sim = sim_metrics(base_url)
+    late = mean_lateness(sim)
+    assert abs(m["ttft_s"]["p50"] - 0.030) < 0.003 + 3 * late
     assert m["chunk_token_discrepancy"] == {"requests": 0, "tokens": 0}
 
 
+@pytest.mark.alone
 def test_multi_token_chunks_counted_from_per_chunk_usage(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=30, itl_ms=5, tokens_per_chunk=3)
     result = execute(parse_scenario(scenario(base_url, 2, 6, 10)), tmp_path / "run")

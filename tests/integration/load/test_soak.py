@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[3]
 
 
+@pytest.mark.slow
 def test_a_minute_of_load_leaves_memory_and_descriptors_flat(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     subprocess.run(

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from loadgen.load.prepare import QuietObserver
@@ -24,6 +25,7 @@ from loadgen.results.records import read_records
 from loadgen.results.rundir import RECORDS, SAMPLES
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import Cell
+from loadgen.servers.launch import free_port
 from loadgen.servers.tiny import ensure_tiny
 from tests.conftest import StartSim, live_group_members
 from tests.rawserver import MODELS_ANSWER, RawServer, is_models
@@ -37,6 +39,7 @@ class Stubborn(RawServer):
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
+        self.holding = threading.Event()  # set once it holds the call of the phase
         super().__init__()
 
     def serve(self, conn: socket.socket) -> None:
@@ -44,6 +47,7 @@ class Stubborn(RawServer):
         if self.mode == "models" and is_models(head):
             conn.sendall(MODELS_ANSWER)
             head = conn.recv(65536)
+        self.holding.set()
         if self.mode == "drip":
             for byte in b"HTTP/1.1 200 OK\r\n":
                 if self.closing.wait(1.0):
@@ -87,9 +91,11 @@ def test_a_stop_ends_the_run_in_the_phases_before_the_load(
          "--num-prompts", "4", "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
     )
-    time.sleep(3.0)  # well into the phase: the interpreter started, the server holds the call
+    # well into the phase: the server holds its call (loadgen's start takes seconds on a busy machine)
+    assert server.holding.wait(60), proc.communicate()
+    time.sleep(0.5)
     assert proc.poll() is None, f"ended before the signal in the {phase}: {proc.communicate()}"
-    err = _stop_and_wait(proc, sig, phase, 1.5)
+    err = _stop_and_wait(proc, sig, phase, 3.0)  # not the 600 s the server would hold it (1.7 s seen on a crowded machine)
     assert "interrupted" in err
     assert not (out / "run.lock").exists()
 
@@ -187,25 +193,36 @@ def _engine_pid(log: Path) -> int:
 @STOPS
 def test_a_stop_ends_the_warmup(tmp_path: Path, sig: signal.Signals) -> None:
     # the launched simulator holds its first token for five minutes: the warmup request waits
+    port = free_port("127.0.0.1")
     path = tmp_path / "s.yaml"
     path.write_text(
         "name: warmup-stop\n"
-        "serve: {backend: sim, sim: {ttft_ms: 5, itl_ms: 1, faults: {slow_ttft: 1.0}, slow_ttft_ms: 300000}}\n"
+        f"serve: {{backend: sim, port: {port}, sim: {{ttft_ms: 5, itl_ms: 1, faults: {{slow_ttft: 1.0}}, "
+        "slow_ttft_ms: 300000}}\n"
         "workload: {num_prompts: 4, input_tokens: 8, output_tokens: 4, prompt: token-ids}\n"
     )
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", str(path), "--out", str(out)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    # the simulator is up and holds the warmup request (its own count of the requests it answers;
+    # a fixed wait was too short on a busy machine)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and b'"pid"' not in _read(out / "provenance.json"):
+    while time.monotonic() < deadline and "loadgen_sim_requests_running 1" not in _metrics(port):
+        assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
-    time.sleep(1.5)  # the simulator is up and holds the warmup request
     assert proc.poll() is None, proc.communicate()
     err = _stop_and_wait(proc, sig, "warmup", 3.0)
     assert "interrupted" in err
     summary = (out / "summary.json").read_text()
     assert '"interrupted": true' in summary
     assert not (out / "run.lock").exists()
+
+
+def _metrics(port: int) -> str:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2, trust_env=False).text
+    except httpx.HTTPError:
+        return ""
 
 
 def _read(path: Path) -> bytes:

@@ -49,6 +49,7 @@ def scenario(base_url: str, workers: int | str, **load: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.alone
 def test_two_workers_give_the_records_and_aggregates_of_one(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=30, itl_ms=5)
     one, _ = run(tmp_path, "one", scenario(base_url, 1))
@@ -129,8 +130,8 @@ def test_a_stop_ends_every_worker_and_keeps_the_records(start_sim: StartSim, tmp
     (before: each worker died of it, with a traceback, its in-flight requests lost and "ended
     unexpectedly" said of it) is the parent's to handle."""
     base_url = start_sim(ttft_ms=20, itl_ms=10)
-    body = scenario(base_url, 2, duration_s=60)
-    body["workload"]["output_tokens"] = 200
+    body = scenario(base_url, 2, duration_s=60, warmup_requests=0)
+    body["workload"]["output_tokens"] = 100  # a second a request: the 8 streams are in flight at the stop
     path = tmp_path / "long.yaml"
     path.write_text(yaml.safe_dump({"name": "long", **body}))
     run_dir = tmp_path / "long"
@@ -204,7 +205,7 @@ def _run_group(base_url: str, tokens: int, count: int, emit: Callable[[RequestRe
     from loadgen.load.schedule import Arrivals
     from loadgen.load.workers import WorkerGroup, worker_jobs
     from loadgen.results.readings import ClientReading
-    from loadgen.scenario.schema import Sampling, Target
+    from loadgen.scenario.target import Sampling, Target
     from loadgen.workload.payload import PreparedRequest, Prompt, build_payload, encode_payload
 
     body = encode_payload(build_payload("completions", "loadgen-sim", Prompt(4, token_ids=(1, 2, 3, 4)), tokens,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from loadgen.load.run import execute
 from loadgen.load.schedule import ramp_rate
@@ -16,6 +17,7 @@ from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import PROVENANCE, RECORDS
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import StartSim
+from tests.integration.load.test_sim_accuracy import mean_lateness, sim_metrics
 
 
 def measured(run_dir: Path) -> list[RequestRecord]:
@@ -49,6 +51,7 @@ def test_a_sharegpt_file_gives_each_request_its_answers_length(start_sim: StartS
     assert [r.input_tokens for r in records] == [5 + i for i in range(12)]
 
 
+@pytest.mark.alone  # a 1 ms bound on when requests are sent: other tests' work would be in it
 def test_a_trace_is_sent_on_its_schedule_with_shared_blocks(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=2, itl_ms=0.5)
     stamps = [0, 40, 45, 200, 260, 300, 480, 500]
@@ -78,19 +81,26 @@ def test_a_trace_is_sent_on_its_schedule_with_shared_blocks(start_sim: StartSim,
     assert [r.cached_tokens for r in records] == [0] + [16] * (len(stamps) - 1)
 
 
+@pytest.mark.alone
 def test_a_ramp_up_sends_at_the_rate_of_its_schedule(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=1, itl_ms=0.1)
     out = run(base_url, tmp_path, {"num_prompts": 90, "input_tokens": 8, "output_tokens": 2},
               {"concurrency": "unlimited", "arrival": "constant",
                "ramp_up": {"strategy": "linear", "start_rate": 20, "end_rate": 70}})
     records = measured(out)
+    scheduled = np.array([r.scheduled_at for r in records])
     sent = np.array([r.sent_at for r in records])
-    sent -= sent[0]
+    late = sent - scheduled
+    sent -= scheduled[0]
     # rate of request i is 20 + 50 * i / 89; request i+1 follows 1 / rate(i+1) after it
     expected = np.concatenate(([0.0], np.cumsum([1 / ramp_rate("linear", 20, 70, i, 90) for i in range(1, 90)])))
-    # each send within 5 ms of its place on the ramp (the gaps are 14 to 50 ms; a 2-core machine
-    # running the whole suite has woken the client 2.6 ms late)
-    assert np.max(np.abs(sent - expected)) < 0.005
+    assert np.max(np.abs(scheduled - scheduled[0] - expected)) < 1e-6  # the schedule: the ramp itself
+    # each send at its place on the ramp, never before; half within 1 ms of it, all within 10 ms
+    # (the gaps are 14 to 50 ms; a 2-core machine running the whole suite has woken the client
+    # 5.2 ms late, the self-check's business)
+    assert np.min(late) >= 0
+    assert float(np.median(late)) < 0.001
+    assert np.max(late) < 0.010
     # per whole second, the count of sends against the ramp's rate there (within 5%)
     for second in range(int(expected[-1])):
         got = int(np.sum((sent >= second) & (sent < second + 1)))
@@ -142,6 +152,7 @@ def test_multi_turn_sessions_send_the_history_the_server_gave(start_sim: StartSi
     assert all(t["prefix_cache_hit_rate"] > 0.5 for t in per_turn[1:])
 
 
+@pytest.mark.alone  # 4 ms bounds on 4 requests' p50: other tests' work would be in them
 def test_a_reasoning_stream_gives_ttft_at_the_first_thought_and_the_answer_apart(
     start_sim: StartSim, tmp_path: Path,
 ) -> None:
@@ -149,9 +160,12 @@ def test_a_reasoning_stream_gives_ttft_at_the_first_thought_and_the_answer_apart
     out = run(base_url, tmp_path, {"num_prompts": 4, "input_tokens": 16, "output_tokens": 10}, target={"api": "chat"})
     summary = json.loads((out / "summary.json").read_text())
     m = summary["cells"][0]["metrics"]
-    assert abs(m["ttft_s"]["p50"] - 0.030) < 0.004  # the first token of any kind
+    # within 4 ms and the simulator's own mean lateness on this machine at the time, thrice
+    sim = sim_metrics(base_url)
+    bound = 0.004 + 3 * mean_lateness(sim)
+    assert abs(m["ttft_s"]["p50"] - 0.030) < bound  # the first token of any kind
     assert m["reasoning"]["reasoning_tokens_total"] == 4 * 6
-    assert abs(m["reasoning"]["time_to_answer_s"]["p50"] - (0.030 + 6 * 0.005)) < 0.004
+    assert abs(m["reasoning"]["time_to_answer_s"]["p50"] - (0.030 + 6 * 0.005)) < bound
     assert all(r.output_tokens == 10 for r in measured(out))
 
 

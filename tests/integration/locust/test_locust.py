@@ -21,6 +21,8 @@ from loadgen.results.rundir import SUMMARY, rebuild_summary
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
 
+pytestmark = pytest.mark.locust
+
 TTFT_MS, ITL_MS = 50.0, 10.0
 OUTPUT = 32
 
@@ -324,3 +326,20 @@ def test_the_start_page_shows_the_shape_steps_only_under_the_shape(
         ui.terminate()
         ui.wait(30)
     assert said["steps"] == steps
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_html_file_carries_the_llm_figures(start_sim: StartSim, tmp_path: Path, processes: int) -> None:
+    """Locust's --html file, written at its end (by the master over 2 processes): Locust's
+    report with the LLM figures of the test below it, its request count the run directory's."""
+    base_url = start_sim(ttft_ms=5, itl_ms=2)
+    scenario = write_scenario(tmp_path / "s.yaml")
+    run = locust("--scenario", str(scenario), "--host", base_url, "--headless", "-u", "4", "-r", "4", "-t", "3s",
+                 "--processes", str(processes), "--html", str(tmp_path / "report.html"), "--out", str(tmp_path / "run"),
+                 "--only-summary")
+    assert run.returncode == 0, run.stderr[-3000:]
+    page = (tmp_path / "report.html").read_text()
+    assert "LLM (loadgen)" in page
+    answered = sum(1 for r in read_records(tmp_path / "run" / "records.jsonl") if r.error != "cancelled")
+    assert f"<th>Requests</th><td>{answered:,}</td>" in page
+    assert page.index("LLM (loadgen)") > page.index("<body")

@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
 from tests.rawserver import RawServer
+
+pytestmark = pytest.mark.locust
 
 ROOT = Path(__file__).parents[3]
 
@@ -87,7 +90,8 @@ def test_a_stop_to_the_whole_group_ends_locust_once(start_sim: StartSim, tmp_pat
     stop loadgen passed on arrived mid-way through Locust's own and a Ctrl-C landed in a user's
     greenlet, each printing a traceback."""
     url = start_sim(ttft_ms=5, itl_ms=5)
-    extra = ["--processes", str(processes)] if processes > 1 else []
+    # (a port of the test's own for the forked workers: Locust's default is one for the machine)
+    extra = ["--processes", str(processes), "--master-bind-port", str(free_port("127.0.0.1"))] if processes > 1 else []
     proc, run_dir = _locust_measuring(url, tmp_path, 8, 20_000, extra, start_new_session=True)
     os.killpg(proc.pid, sig)
     try:
@@ -127,7 +131,7 @@ def test_the_model_lookup_of_locust_users_is_bounded(mode: str, message: str) ->
             from geventhttpclient.url import URL
             from loadgen.errors import LoadgenError
             from loadgen.locust.transport import fetch_model, open_client
-            from loadgen.scenario.schema import Timeouts
+            from loadgen.scenario.target import Timeouts
             url = URL("{server.base_url}/models")
             http = open_client(url, Timeouts())
             t = time.monotonic()

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loadgen.cli import app
-from tests.conftest import StartSim
+from tests.conftest import CpuHog, StartSim
 
 SCENARIO = """name: cmp
 workload: {num_prompts: 32, input_tokens: 16, output_tokens: 8}
@@ -44,6 +44,7 @@ def changes(data: dict, run: int = 0, cell: int = 0) -> dict[str, dict]:
     return {c["metric"]: c for c in data["runs"][run]["cells"][cell]["changes"]}
 
 
+@pytest.mark.alone
 def test_a_slower_decode_is_worse_and_the_same_server_is_within_noise(runs: dict[str, Path], tmp_path: Path) -> None:
     data = orjson.loads(cli("compare", runs["a"], runs["b"], runs["c"], "--format", "json",
                             "--label", "fast", "--label", "slow", "--label", "fast again"))
@@ -78,13 +79,18 @@ def test_the_text_fits_80_columns_the_files_are_written_and_one_run_is_refused(r
     assert all(len(ln) <= 80 for ln in tables), max(tables, key=len)
     assert "…" not in text
     row = next(ln for ln in tables if ln.startswith("| TPOT p50"))
-    assert [c.strip() for c in row.strip("|").split("|")][-1] == "worse"
+    # worse; or, where a busy machine starved either run's client, no verdict and the reason said
+    # (the verdicts themselves are the test above's, which runs alone)
+    verdict = [c.strip() for c in row.strip("|").split("|")][-1]
+    assert verdict == "worse" or (verdict == "no verdict" and "no verdict: " in text), text
     assert "not compared:" in text
     assert "concurrency 8" in text
     rows = list(csv.DictReader(io.StringIO((tmp_path / "cmp" / "compare.csv").read_text())))
     tpot = next(r for r in rows if r["metric"] == "tpot_ms.p50")
-    assert 0.15 < float(tpot["change"]) < 0.25
-    assert tpot["verdict"] == "worse"
+    # 12 ms against 10 ms: 20% (the simulators' lateness on a crowded machine, added to both,
+    # brings it down a little)
+    assert 0.10 < float(tpot["change"]) < 0.25
+    assert tpot["verdict"] == verdict
     page = (tmp_path / "cmp" / "compare.html").read_text()
     assert "<svg" in page
     assert "TPOT p50 (ms)" in page
@@ -97,3 +103,31 @@ def test_the_text_fits_80_columns_the_files_are_written_and_one_run_is_refused(r
     assert "two run directories or more" in result.output
     # the published cross-engine table still compares within one run
     assert "Speed X" in cli("compare", runs["a"], "--table", "cross-engine")
+
+
+def test_a_server_hogged_between_two_runs_gets_no_verdict_and_the_page_says_why(
+    start_sim: StartSim, cpu_hog: CpuHog, tmp_path: Path
+) -> None:
+    """One simulator measured twice, a program spinning on its core during the second run: the
+    second run's figures hold that program's delay, not a change of the server. No change is
+    called better or worse, and the page names the reason under the cell's table."""
+    url = start_sim(ttft_ms=20, itl_ms=5)
+    path = tmp_path / "cmp.yaml"
+    path.write_text("name: cmp\nworkload: {num_prompts: 30, input_tokens: 16, output_tokens: 24}\n"
+                    "load: {concurrency: [2], warmup_requests: 0}\n")
+    cli("run", path, "--base-url", url, "--out", tmp_path / "quiet")
+    hog = cpu_hog("server")
+    cli("run", path, "--base-url", url, "--out", tmp_path / "hogged")
+    summary = orjson.loads((tmp_path / "hogged" / "summary.json").read_bytes())
+    assert summary["cells"][0]["engine_cores"]["starved"] is True, summary["cells"][0]["engine_cores"]
+    assert hog in [h["pid"] for h in summary["cells"][0]["engine_cores"]["others"]]
+    data = orjson.loads(cli("compare", tmp_path / "quiet", tmp_path / "hogged", "--format", "json",
+                            "--label", "quiet", "--label", "hogged"))
+    (cell,) = data["runs"][0]["cells"]
+    assert any(n.startswith("hogged: the engine was starved: other programs took") for n in cell["notes"])
+    verdicts = {c["metric"]: c["verdict"] for c in cell["changes"]}
+    assert not {"better", "worse", "within noise"} & set(verdicts.values()), verdicts
+    assert verdicts["tpot_ms.p50"] == "no verdict"
+    text = cli("compare", tmp_path / "quiet", tmp_path / "hogged", "--label", "quiet", "--label", "hogged")
+    assert "no verdict: hogged: the engine was starved" in " ".join(text.split())
+    assert "not the drift between runs" in " ".join(text.split())

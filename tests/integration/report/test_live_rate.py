@@ -12,6 +12,7 @@ from loadgen.report.progress import LiveRate
 from loadgen.results.records import read_records
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import StartSim
+from tests.integration.load.test_sim_accuracy import sim_metrics
 
 TTFT_S, ITL_S, OUTPUT = 0.05, 0.01, 64
 
@@ -33,5 +34,10 @@ def test_live_rate_matches_the_simulator(start_sim: StartSim, tmp_path: Path, co
         live.add(record)
         if (rate := live.rate()) is not None:
             seen.append(rate)
-    assert max(seen) <= truth * 1.05  # never more than the server sent (the old bar showed 118 of 100)
+    # never more than the server sent (the old bar showed 118 of 100). A busy machine puts the
+    # simulator's chunks late, and a late one catching up sends faster than configured: up to its
+    # lateness more tokens' time within the window (100 against 94.1 once on CI, the window's
+    # first tokens late)
+    late = sim_metrics(base_url)["loadgen_sim_chunk_lateness_seconds_max"]
+    assert max(seen) <= truth * 1.05 * (1 + late / live.window_s), (max(seen), late)
     assert seen[-1] == pytest.approx(truth, rel=0.05)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import LaunchError
+from loadgen.servers import launch
 from loadgen.servers.launch import LaunchedServer, LaunchSpec, free_port
 from tests.conftest import live_group_members
 
@@ -68,3 +69,42 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert len(live_group_members(pgid)) == 2  # the leader and its child
     server.stop()
     assert live_group_members(pgid) == []
+
+
+# an engine's habit with a key: /health open to all, /v1/models only with "Authorization: Bearer KEY"
+KEYED = (
+    "import http.server, sys\n"
+    "port, key = int(sys.argv[1]), sys.argv[sys.argv.index('--api-key') + 1]\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        ok = self.path == '/health' or self.headers.get('Authorization') == 'Bearer ' + key\n"
+    "        self.send_response(200 if ok else 401); self.send_header('content-length', '11'); self.end_headers()\n"
+    "        self.wfile.write(b'{\"data\":[]}')\n"
+    "    def log_message(self, *a): pass\n"
+    "http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()\n"
+)
+
+
+def test_an_engine_started_with_an_api_key_is_asked_with_it_and_one_wanting_another_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(launch, "EVERY_S", 0.5)  # the progress line every half second, not every 5 s
+    port = free_port()
+    spec = LaunchSpec((sys.executable, "-c", KEYED, str(port), "--api-key", "sk-test"), "127.0.0.1", port,
+                      ready_timeout_s=30, name="engine")
+    server = LaunchedServer(spec, tmp_path / "keyed.log")
+    try:
+        assert server.start() == f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.stop()
+    # a key the command line does not hold (vLLM's VLLM_API_KEY): said while waiting, and at the end
+    port = free_port()
+    argv = (sys.executable, "-c", KEYED.replace("sys.argv.index('--api-key') + 1", "2"), str(port), "sk-env")
+    said: list[str] = []
+    server = LaunchedServer(LaunchSpec(argv, "127.0.0.1", port, ready_timeout_s=2.5, name="engine"),
+                            tmp_path / "other.log", grace_s=2, on_wait=said.append)
+    with pytest.raises(LaunchError, match=r"waiting for /v1/models; /v1/models answers HTTP 401: the server wants an "
+                                          r"API key not on its command line \(one from its environment\?\); give it "
+                                          r"as --api-key; log: "):
+        server.start()
+    assert any("/v1/models answers HTTP 401" in line for line in said), said

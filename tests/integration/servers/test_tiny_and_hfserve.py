@@ -17,6 +17,7 @@ from loadgen.servers.tiny import HEADS, HIDDEN, VOCAB_SIZE, ensure_tiny, write_t
 from loadgen.workload.words import WORDS
 
 
+@pytest.mark.engines
 def test_tiny_loads_in_auto_classes_and_is_deterministic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -62,6 +63,7 @@ def stream(base: str, path: str, body: dict[str, object]) -> list[dict[str, obje
     return [orjson.loads(d) for d in data[:-1]]
 
 
+@pytest.mark.engines
 def test_token_ids_exact_length_and_per_chunk_usage(engine: str) -> None:
     events = stream(engine, "/completions", {
         "model": "tiny", "prompt": [1000 + i for i in range(17)], "max_tokens": 9, "ignore_eos": True,
@@ -75,6 +77,7 @@ def test_token_ids_exact_length_and_per_chunk_usage(engine: str) -> None:
     assert events[-1]["usage"] == {"prompt_tokens": 17, "completion_tokens": 9, "total_tokens": 26}
 
 
+@pytest.mark.engines
 def test_whole_chat_response_and_min_tokens(engine: str) -> None:
     r = httpx.post(engine + "/chat/completions", timeout=60, json={
         "model": "tiny", "messages": [{"role": "user", "content": "the world"}], "max_tokens": 5, "min_tokens": 5,
@@ -87,6 +90,7 @@ def test_whole_chat_response_and_min_tokens(engine: str) -> None:
     assert body["usage"]["prompt_tokens"] == 14
 
 
+@pytest.mark.engines
 def test_bad_requests_are_400_and_the_engine_lives_on(engine: str) -> None:
     too_long = httpx.post(engine + "/completions", timeout=60, json={"prompt": [1000] * 4000, "max_tokens": 200})
     assert too_long.status_code == 400
@@ -96,6 +100,7 @@ def test_bad_requests_are_400_and_the_engine_lives_on(engine: str) -> None:
     assert httpx.get(engine.removesuffix("/v1") + "/health").status_code == 200
 
 
+@pytest.mark.engines
 def test_metrics_report_peak_memory_and_counts(engine: str) -> None:
     text = httpx.get(engine.removesuffix("/v1") + "/metrics").text
     values = {line.split("{")[0].split(" ")[0]: float(line.rsplit(" ", 1)[1])

@@ -57,6 +57,10 @@ def test_chat_sharegpt_rate_ramp_and_goodput() -> None:
     (["--metadata", "nokey"], "--metadata 'nokey': expected KEY=VALUE"),
     (["--goodput", "itl:5"], "--goodput itl: choose ttft, tpot or e2el"),
     (["--extra-body", "{x"], "--extra-body: not valid JSON"),
+    # refused before the benchmark, not after it ran
+    (["--metric-percentiles", "50,150"], "--metric-percentiles '50,150': each between 0 and 100"),
+    (["--metric-percentiles", "nan"], "--metric-percentiles 'nan': each between 0 and 100"),
+    (["--label", "../../../evil"], "--label '../../../evil': it begins the result's file name; give a name without"),
 ])
 def test_bad_flags_are_one_line_before_anything_runs(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError) as info:

@@ -27,7 +27,8 @@ def test_a_matrix_over_models_on_two_gpus_moves_to_cpu_by_narrowing_the_axis() -
     sc = scenario({"serve": {"backend": CPU_ENGINE, "tp": 2}, "matrix": {"model": ["qwen2-7b", "qwen2-57b"]}})
     assert gpu_engines(sc, "s.yaml") == [f"{CPU_ENGINE} qwen2-7b on 2 GPUs", f"{CPU_ENGINE} qwen2-57b on 2 GPUs"]
     sets = cpu_sets(sc)
-    assert sets == ["serve.device=cpu", "matrix.model=[tiny]", "serve.tp=1"]
+    # (and no limit between bytes: a request queued on a CPU engine waits minutes for its first)
+    assert sets == ["serve.device=cpu", "matrix.model=[tiny]", "serve.tp=1", "target.timeouts.between_tokens_s=null"]
     assert gpu_engines(scenario({"serve": {"backend": CPU_ENGINE, "tp": 2}, "matrix": {"model": ["qwen2-7b"]}},
                                 sets), "s.yaml") == []
 
@@ -36,7 +37,9 @@ def test_an_engine_without_a_cpu_build_and_a_quantization_are_replaced_too() -> 
     sc = scenario({"serve": {"backend": GPU_ONLY, "model": "qwen2-7b", "quant": "awq", "gpus": "0"}})
     sets = cpu_sets(sc)
     assert sets == ["serve.device=cpu", f"serve.backend={CPU_ENGINE}", "serve.model=tiny", "serve.gpus=null",
-                    "serve.quant=null"]
+                    "serve.quant=null", "target.timeouts.between_tokens_s=null"]
+    kept = scenario({"serve": {"backend": GPU_ONLY, "model": "qwen2-7b"}, "target": {"timeouts": {"between_tokens_s": 30}}})
+    assert not [s for s in cpu_sets(kept) if s.startswith("target.")]  # a limit the user set is theirs
     moved = scenario({"serve": {"backend": GPU_ONLY, "model": "qwen2-7b", "quant": "awq", "gpus": "0"}}, sets)
     assert gpu_engines(moved, "s.yaml") == []
 

@@ -84,7 +84,7 @@ def test_a_line_break_in_an_argument_stays_inside_the_comment(tmp_path: Path) ->
     assert "\\ntouch" in done.stdout.splitlines()[1]
     fake = tmp_path / "bin"
     fake.mkdir()
-    for program in ("vllm", "python3"):  # whatever the script execs: a stand-in that says it ran
+    for program in ("vllm", "python", "python3"):  # whatever the script execs: a stand-in that says it ran
         (fake / program).write_text('#!/usr/bin/env bash\necho ran\n')
         (fake / program).chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "PYTHON": str(fake / "python3")}

@@ -59,6 +59,8 @@ def test_least_gpu_count_follows_the_catalogue() -> None:
         ("qwen2.5-72b", "5", (0.9, 131072, False)),
         ("qwen2.5-32b", "1", (1.0, 32768, True)),  # the 32B table's own Setting 1
         ("qwen2.5-7b", "setting-64k", (0.9, 65536, False)),
+        ("tiny", "default", (0.9, 4096, True)),  # its compiled graph cost vLLM's CPU build 20 s a start
+        ("tiny", "4", (0.9, 65536, False)),  # a named preset is the common one
     ],
 )
 def test_settings_presets_from_the_documents(model: str, setting: str, expected: tuple[float, int, bool]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import select
 import shutil
 import socket
@@ -200,15 +201,27 @@ def chunks(draw: st.DrawFn) -> bytes:
     return data
 
 
-@needs_compiled
-@settings(max_examples=3000, deadline=None)
-@given(chunks())
-def test_the_compiled_reading_agrees_with_the_python_one_on_any_chunk(data: bytes) -> None:
+def agrees(data: bytes) -> None:
     expected = outcome(read_chunk, data)
     assert outcome(sse.parse_chunk, data) == expected
     chunk = scan(data)
     if chunk is not None:
         assert expected == ("chunk", "Chunk", tuple(chunk))
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)  # the slow tier draws 10,000
+@given(chunks())
+def test_the_compiled_reading_agrees_with_the_python_one_on_any_chunk(data: bytes) -> None:
+    agrees(data)
+
+
+@needs_compiled
+@pytest.mark.slow
+@settings(max_examples=10_000, deadline=None)
+@given(chunks())
+def test_the_compiled_reading_agrees_with_the_python_one_on_ten_thousand_chunks(data: bytes) -> None:
+    agrees(data)
 
 
 @needs_compiled
@@ -265,3 +278,18 @@ def test_the_compiled_reading_of_sockets_takes_the_given_ones_each_once_with_its
     for sock in (a, b, server):
         sock.close()
     epoll.close()
+
+
+def test_the_slots_the_compiled_reading_writes_are_the_python_types_slots() -> None:
+    """The C source names the StreamState and SSEParser slots it reads and writes; each is a slot
+    of that type, the enum counts them, and a renamed slot fails here before any stream does."""
+    from loadgen.load.stream import StreamState
+
+    source = (Path(sse.__file__).parent / "_chunkscan.c").read_text()
+    for array, enum_count, cls in (("stream_slots", "S_COUNT", StreamState), ("parser_slots", "P_COUNT", sse.SSEParser)):
+        body = source.split(f"static const char *{array}[{enum_count}] = {{", 1)[1].split("};", 1)[0]
+        names = json.loads("[" + body.replace("\n", " ").rstrip(", ") + "]")
+        (enum,) = re.findall(r"enum \{([^}]*\b" + enum_count + r"\b[^}]*)\}", source)
+        assert len(names) == len([e for e in enum.split(",") if e.strip()]) - 1  # the count is the last
+        assert set(names) <= set(cls.__slots__), set(names) - set(cls.__slots__)
+    assert len(names) == 3  # the parser's: _buf, _parts, _data

@@ -220,3 +220,19 @@ def test_a_probes_figures_leave_its_first_wave_out() -> None:
     assert left_out == 4
     assert [r.request_id for r in kept] == list(range(4, 12))
     assert after_first_wave(records[:7], 4) == (records[:7], 0)  # fewer than twice the wave: all kept
+
+
+def test_the_first_wave_is_the_first_sent_whatever_the_numbering() -> None:
+    """Locust's master numbers a probe's records as its workers' reports arrive, across the run
+    (here 86 onwards, a worker's later requests before the other's first): the first wave is
+    still the 4 requests sent first, at 0 s, and only they are left out."""
+    from dataclasses import replace
+
+    from loadgen.results.capacity import after_first_wave
+
+    first = [replace(rec(900.0, i=90 + k), sent_at=0.0) for k in range(4)]
+    later = [replace(rec(50.0, i=86 + k), sent_at=0.5 + k / 10) for k in range(4)]
+    later += [replace(rec(50.0, i=94 + k), sent_at=1.0 + k / 10) for k in range(4)]
+    kept, left_out = after_first_wave(later[:4] + first + later[4:], 4)
+    assert left_out == 4
+    assert sorted(r.request_id for r in kept) == [86, 87, 88, 89, 94, 95, 96, 97]

@@ -175,3 +175,29 @@ def test_a_connection_whose_close_is_not_yet_handed_over_is_not_reused() -> None
         server.close()
 
     asyncio.run(main())
+
+
+def test_reads_stamped_out_of_order_give_no_negative_gap() -> None:
+    """Two reads whose kernel stamps came out of order (the second 40 us before the first): the
+    second token is timed with the first, never before it (one negative ITL in a 300 s soak)."""
+    from loadgen.load.connection import ClientStats, Connection, Exchange
+    from loadgen.load.stream import StreamState
+
+    class Sink:
+        def write(self, data: bytes) -> None:
+            pass
+
+    async def main() -> None:
+        conn = Connection(ClientStats(), 0.0)
+        conn.transport = Sink()  # type: ignore[assignment]
+        ex = Exchange(StreamState(), asyncio.get_running_loop().create_future())
+        conn.begin(ex, b"POST / HTTP/1.1\r\n\r\n")
+        sent = ex.st.sent_ns
+        event = b'data: {"choices": [{"index": 0, "text": " a", "finish_reason": null}]}\n\n'
+        chunk = b"%x\r\n%s\r\n" % (len(event), event)
+        conn.stamped(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     + chunk, sent + 1_000_000, sent + 1_000_000)
+        conn.stamped(chunk, sent + 960_000, sent + 1_100_000)
+        assert ex.st.chunk_ns == [sent + 1_000_000, sent + 1_000_000]
+
+    asyncio.run(main())

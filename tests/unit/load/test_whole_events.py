@@ -173,13 +173,32 @@ def answers(draw: st.DrawFn) -> list[bytes]:
     return pieces
 
 
+ANY_READS = {"pieces": answers(), "cuts": st.lists(st.integers(0, 3), max_size=30), "bytes_cut": st.booleans(),
+             "sizes": st.lists(st.integers(1, 80), max_size=40), "max_tokens": st.integers(4, 64)}
+
+
 @needs_compiled
-@settings(max_examples=600, deadline=None)
-@given(pieces=answers(), cuts=st.lists(st.integers(0, 3), max_size=30), bytes_cut=st.booleans(),
-       sizes=st.lists(st.integers(1, 80), max_size=40), max_tokens=st.integers(4, 64))
+@settings(max_examples=200, deadline=None)  # the slow tier draws 3,000
+@given(**ANY_READS)
 def test_any_answer_read_in_any_reads_comes_out_as_the_python_reading_makes_it(
     pieces: list[bytes], cuts: list[int], bytes_cut: bool, sizes: list[int], max_tokens: int,
 ) -> None:
+    any_reads_agree(pieces, cuts, bytes_cut, sizes, max_tokens)
+
+
+@needs_compiled
+@pytest.mark.slow
+@settings(max_examples=3_000, deadline=None)
+@given(**ANY_READS)
+def test_three_thousand_answers_read_in_any_reads_come_out_as_the_python_reading_makes_them(
+    pieces: list[bytes], cuts: list[int], bytes_cut: bool, sizes: list[int], max_tokens: int,
+) -> None:
+    any_reads_agree(pieces, cuts, bytes_cut, sizes, max_tokens)
+
+
+def any_reads_agree(pieces: list[bytes], cuts: list[int], bytes_cut: bool, sizes: list[int], max_tokens: int) -> None:
+    """The answer made of ``pieces``, cut into reads anywhere or between whole chunks: the compiled
+    reading leaves what the Python one does."""
     body = HEAD + b"".join(pieces)
     reads: list[bytes] = []
     if bytes_cut:  # reads cut anywhere
@@ -226,15 +245,34 @@ def plain_answers(draw: st.DrawFn) -> list[bytes]:
     return [*pieces, chunked(b"data: [DONE]\n\n"), b"0\r\n\r\n"]
 
 
+PLAIN_READS = {"pieces": plain_answers(), "cuts": st.lists(st.integers(1, 3), min_size=26, max_size=26),
+               "max_tokens": st.sampled_from([None, 1, 4, 64]), "first_s": st.sampled_from([None, 0.0015, 0.0035]),
+               "total_s": st.sampled_from([None, 0.004, 0.0075]), "keep": st.booleans()}
+
+
 @needs_compiled
-@settings(max_examples=800, deadline=None)
-@given(pieces=plain_answers(), cuts=st.lists(st.integers(1, 3), min_size=26, max_size=26),
-       max_tokens=st.sampled_from([None, 1, 4, 64]), first_s=st.sampled_from([None, 0.0015, 0.0035]),
-       total_s=st.sampled_from([None, 0.004, 0.0075]), keep=st.booleans())
+@settings(max_examples=250, deadline=None)  # the slow tier draws 2,000
+@given(**PLAIN_READS)
 def test_a_read_of_plain_tokens_taken_at_once_leaves_the_state_the_python_reading_leaves(
     pieces: list[bytes], cuts: list[int], max_tokens: int | None, first_s: float | None, total_s: float | None,
     keep: bool,
 ) -> None:
+    plain_reads_agree(pieces, cuts, max_tokens, first_s, total_s, keep)
+
+
+@needs_compiled
+@pytest.mark.slow
+@settings(max_examples=2_000, deadline=None)
+@given(**PLAIN_READS)
+def test_two_thousand_reads_of_plain_tokens_leave_the_state_the_python_reading_leaves(
+    pieces: list[bytes], cuts: list[int], max_tokens: int | None, first_s: float | None, total_s: float | None,
+    keep: bool,
+) -> None:
+    plain_reads_agree(pieces, cuts, max_tokens, first_s, total_s, keep)
+
+
+def plain_reads_agree(pieces: list[bytes], cuts: list[int], max_tokens: int | None, first_s: float | None,
+                      total_s: float | None, keep: bool) -> None:
     # the reads a millisecond apart, of 1 to 3 chunks each up to the end: deadlines of 1.5 to 7.5 ms
     # pass mid-answer; a limit of 1 or 4 tokens (17 and 20 with its margin) is passed by the usage or
     # by the tokens streamed
@@ -305,3 +343,20 @@ def test_plain_tokens_past_a_limit_or_a_deadline_end_the_stream_as_the_python_re
     assert got[0][0] == ending[usage]
     if first_s is None:
         assert sum(taken) >= 3  # the tokens before the end were taken at once
+
+
+@needs_compiled
+def test_usage_a_chunk_behind_its_text_still_times_the_first_token_at_the_first_text(taken: list[int]) -> None:
+    """A server whose usage counts the tokens before the chunk it rides on (completion_tokens 0
+    with the first text, 1 with the second...): each text is a token when it comes, the first
+    token at the first text (it was the second), and the count is the final usage's."""
+    tokens = [chunked(token(i, usage=True)) for i in range(0, 8)]  # text t0 with usage 0 ... t7 with 7
+    last = chunked(b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 8}}\n\n')
+    reads = [HEAD + tokens[0], *tokens[1:], last, chunked(b"data: [DONE]\n\n"), b"0\r\n\r\n"]
+    got = read_answer(reads)
+    assert got == python_alone(reads) == chunks_alone(reads)
+    assert got[0] == (None, None)
+    assert got[1] == [k * 1_000_000 for k in range(1, 9)]  # 8 tokens, the first at the first read
+    assert got[2] == [1] * 8
+    assert got[3] == 8  # the final usage
+    assert sum(taken) >= 7  # (the compiled reading took the tokens' reads, as the Python one reads them)

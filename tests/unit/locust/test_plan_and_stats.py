@@ -204,9 +204,41 @@ def test_locust_command_defaults(tmp_path: Path) -> None:
     cmd, _ = locust_command(["--scenario", sc, "--host", "x", "--web-host", "0.0.0.0"], shape=True, out=tmp_path)
     assert cmd[-4:] == ["-f", str(SHAPEFILE), "--loadgen-out", str(tmp_path)]
     assert "127.0.0.1" not in cmd
+    # a directory that holds a run already: refused before Locust starts, and not with --resume
+    # (a Locust test cannot continue a run)
+    (tmp_path / "records.jsonl").write_text("")
+    with pytest.raises(UsageError, match=r"already holds a run \(records.jsonl\); choose another --out or remove it$"):
+        locust_command(["--scenario", sc, "--host", "x"], out=tmp_path)
     # a worker gets host and scenario from the master and has no web UI
     cmd, _ = locust_command(["--scenario", sc, "--worker", "--master-host", "10.0.0.5"])
     assert cmd[3:] == ["--scenario", sc, "--worker", "--master-host", "10.0.0.5", "-f", str(LOCUSTFILE)]
+
+
+def test_processes_get_their_masters_port_and_a_taken_default_is_said(tmp_path: Path) -> None:
+    """``--processes N``: Locust's forked workers connect to --master-port, its master binds
+    --master-bind-port; either given, the other follows it (given alone, the workers waited for a
+    master on Locust's default port). Neither given, Locust's default must be free."""
+    import socket
+
+    from loadgen.locust.cli import MASTER_PORT
+
+    sc = str(SCENARIOS / "chat.yaml")
+    base = ["--scenario", sc, "--host", "http://h:1/v1", "--headless", "--processes", "2"]
+    cmd, _ = locust_command([*base, "--master-bind-port", "6001"])
+    assert cmd[cmd.index("--master-port") + 1] == "6001"
+    cmd, _ = locust_command([*base, "--master-port", "6002"])
+    assert cmd[cmd.index("--master-bind-port") + 1] == "6002"
+    cmd, _ = locust_command([*base, "--master-bind-port", "6001", "--master-port", "6001"])
+    assert cmd.count("--master-port") == 1
+    with socket.socket() as taken:
+        try:
+            taken.bind(("0.0.0.0", MASTER_PORT))  # noqa: S104 - Locust's own default binding
+        except OSError:
+            pytest.skip(f"port {MASTER_PORT} is in use here already")
+        taken.listen()
+        with pytest.raises(UsageError, match=f"--master-bind-port {MASTER_PORT}: .* is in use .*; give another "
+                                             "--master-bind-port"):
+            locust_command(base)
 
 
 def test_locust_command_takes_the_host_from_the_scenario(tmp_path: Path) -> None:
@@ -254,3 +286,18 @@ def test_stages_by_concurrency_are_the_shapes_steps() -> None:
     plan = plan_for(parse_scenario({"load": {"stages": [{"duration_s": 5, "concurrency": 4},
                                                         {"duration_s": 2.5, "concurrency": 16}]}}), "x.yaml")
     assert (plan.steps, plan.step_lengths) == ((4, 16), (5.0, 2.5))
+
+
+def test_a_kind_of_failure_is_one_row_whatever_ids_its_messages_carry() -> None:
+    from loadgen.locust.stats import failure_kind as _kind_of
+
+    first = _kind_of("""not JSON: b'{"id":"chatcmpl-9f2c41ab","created":1732800000'""")
+    assert first == _kind_of("""not JSON: b'{"id":"chatcmpl-77ab01cd","created":1732800007'""")
+    assert first == """not JSON: b'{"id":"chatcmpl-#","created":#'"""
+    assert _kind_of("HTTP 503: overloaded") != _kind_of("HTTP 500: overloaded")  # two kinds
+    assert _kind_of("no token for 1.0 s") == "no token for 1.0 s"
+
+
+def test_the_csv_and_the_tab_name_the_whole_test_alike() -> None:
+    assert ("output_tok_s", "Output tok/s (whole test)") in CSV_COLUMNS
+    assert not any("whole run" in label for _, label in CSV_COLUMNS)

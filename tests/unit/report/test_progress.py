@@ -98,3 +98,24 @@ def test_the_live_rate_counts_exactly_the_tokens_of_its_window() -> None:
     assert live.rate() == 30 / 3.0  # window (7, 10]: 7, 8, 9
     live.add(rec(11, 11.0, offsets, tokens, 11.975))
     assert live.rate() == (10 + 10 + 3) / 3.0  # window (8, 11]: 8, 9 and the three pairs of 10
+
+
+def test_80_columns_wrap_long_figures_whole_onto_a_second_line() -> None:
+    """1,000 prompts, TTFTs of two minutes, a rate and a long cell count: more than 80 columns
+    hold. The figures go on a second line, whole (before: "1…" and "0:0…")."""
+    (cell,) = expand_cells(parse_scenario({"workload": {"num_prompts": 1000}, "load": {"concurrency": 1024}}))
+    bar = ProgressObserver(Console(file=io.StringIO(), width=80))
+    bar.cell_started(cell, 1000, 24)
+    for r in [rec(i, float(i), (ttft, ttft + 0.5), (1, 1), float(i) + ttft + 0.5)
+              for i, ttft in enumerate((124.674, 130.0005, 98.25))]:
+        bar.next_rate = 0.0  # (redrawn at each, not a few times a second)
+        bar.record(r)
+    bar.tps, bar.errors = "1,148,136", 1234
+    bar._update()
+    text = line_of(bar, 80)
+    assert "…" not in text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    joined = " ".join(text.split())
+    for figure in ("cell 1/24 c=1024", "3/1000", "1,148,136 tok/s", "TTFT 124,674/130,000 ms", "errors 1234"):
+        assert figure in joined, (figure, text)
+    bar.close()

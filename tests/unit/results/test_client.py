@@ -70,10 +70,12 @@ def test_nothing_sampled() -> None:
     assert client_health([], [], False) is None
 
 
-def stamped(worker: int, cpu: float, delays: list[float], delay_max: float, reads: int = 100) -> Sample:
-    """A kernel-clock reading: the loop lagged 40 ms, the reads were handled ``delays`` after arriving."""
+def stamped(worker: int, cpu: float, delays: list[float], delay_max: float, reads: int = 100,
+            queued: float | None = None) -> Sample:
+    """A kernel-clock reading: the loop lagged 40 ms, the reads were handled ``delays`` after
+    arriving, and the loop's thread waited ``queued`` ms for its core."""
     return Sample(0, 0.0, ClientReading(worker, 1.0, cpu, reads, 1.0, (40.0,), None, tuple(delays), delay_max,
-                                        len(delays)))
+                                        len(delays), queued))
 
 
 def test_with_kernel_stamps_the_verdict_is_judged_on_the_measured_delay() -> None:
@@ -107,3 +109,36 @@ def test_on_the_loop_clock_the_figures_carry_the_lag() -> None:
     assert out is not None
     assert (out.clock, out.client_delay_ms) == ("loop", None)
     assert out.effect == "its TTFT / ITL include the client's own delay"
+
+
+def test_the_kernel_says_whether_a_late_client_was_kept_from_its_core() -> None:
+    # reads handled 8 ms late (p99) by a client at 4% of a core, over two 1 s intervals
+    late = [0.1] * 95 + [8.0] * 5
+    # its thread waited 300 ms a second on the run queue: another process held its core
+    out = client_health([stamped(0, 0.04, late, 9.0, queued=250.0), stamped(0, 0.04, late, 9.0, queued=350.0)],
+                        [], False)
+    assert out is not None
+    assert (out.verdict, out.client_bound, out.queued_ms_per_s) == ("starved", True, 300.0)
+    assert out.reasons == ("client delay p99 8.0 ms > 5 ms",
+                           "while the client itself used only 4% of a core, and its thread waited 300 ms a second "
+                           "for one")
+    # it waited 0.2 ms a second: no process held the core, the machine woke it late; the kernel
+    # stamps kept the delay out of the figures, so the cell is not the client's
+    out = client_health([stamped(0, 0.04, late, 9.0, queued=0.1), stamped(0, 0.04, late, 9.0, queued=0.3)], [], False)
+    assert out is not None
+    assert (out.verdict, out.client_bound, out.reasons, out.queued_ms_per_s) == ("ok", False, (), 0.2)
+    assert out.client_delay_ms is not None
+    assert out.client_delay_ms.p99 == 8.0
+    # one of two workers without the statistic (a run directory from before): the kernel cannot
+    # say, and the lag alone decides, as before
+    out = client_health([stamped(0, 0.04, late, 9.0, queued=0.1), stamped(1, 0.04, late, 9.0)], [], False)
+    assert out is not None
+    assert (out.verdict, out.queued_ms_per_s) == ("starved", None)
+    # on the loop's clock the figures carry the lag whatever its cause: bound, but not called starved
+    loop = [Sample(0, 0.0, ClientReading(0, 1.0, 0.04, 10, 1.0, (9.0,) * 10, queued_ms=0.5))]
+    out = client_health(loop, [], False)
+    assert out is not None
+    assert (out.verdict, out.client_bound) == ("lagging", True)
+    assert out.advice is not None
+    assert out.advice.startswith(
+        "the client's event loop fell behind, yet its thread waited only 0.5 ms a second for its core")

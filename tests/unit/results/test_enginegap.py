@@ -48,3 +48,17 @@ def test_a_client_far_above_the_engine_is_warned_of_only_on_the_same_requests() 
     # the engine counted other requests too (another client): not the same requests, no verdict
     assert gap_warnings(engine_gaps(metrics, server(20.0, 68.0, count=5)), 2) == []
     assert engine_gaps(metrics, None) == ()
+
+
+def test_a_ttft_gap_of_answers_that_called_tools_is_the_tool_parsers() -> None:
+    """The same 20 ms gap where both answers called a tool: vLLM's parser holds the bytes until
+    the function's name is read; the warning names it instead of the network or the client."""
+    metrics = summarize([rec(0, 0.030, 0.060), rec(1, 0.050, 0.080)])
+    gaps = engine_gaps(metrics, server(20.0, 68.0))
+    (plain,) = gap_warnings(gaps, 2)
+    (tools,) = gap_warnings(gaps, 2, tool_calls=2)
+    assert "the network or the client adds that much" in plain
+    assert tools == ("the client reads TTFT 100% above the engine's own figure (40.00 ms against 20.00 ms): the "
+                     "engine's tool-call parser holds an answer's first bytes until it has read the function's "
+                     "name, and the engine's own TTFT stops at its first token: the gap is the parser's wait, not "
+                     "the network's or the client's")

@@ -132,3 +132,19 @@ def test_requests_in_flight_by_hand() -> None:
     assert (m.peak_in_flight, m.mean_in_flight) == (3, 2.0)
     assert in_flight([rec(0, 0.0, (0.5,), (1,), 1.0), rec(1, 1.0, (1.5,), (1,), 2.0)]) == (1, 1.0)
     assert in_flight([]) == (0, None)
+
+
+def test_answers_that_fail_the_schema_at_max_tokens_are_counted_as_cut() -> None:
+    """4 structured answers: one valid, one invalid at 3 of its 3 tokens (cut), one invalid at 2 of
+    3 (malformed), one invalid at 3 of 3: valid JSON 25%, 2 cut; the line says so."""
+    from loadgen.report.summary import _throughput_line
+    from loadgen.results.summary import CellSummary, ServerInfo
+
+    records = [rec(i, 0.0, (0.01, 0.02, 0.03)[:n], (1,) * n, 0.05, valid_json=ok, max_tokens=3)
+               for i, (n, ok) in enumerate(((3, True), (3, False), (2, False), (3, False)))]
+    m = summarize(records)
+    assert m.valid_json == 0.25
+    assert m.json_cut == 2
+    cell = CellSummary(0, {}, "done", None, "", ServerInfo(), m)
+    assert "valid JSON 25.0% (2 answers cut at max_tokens: raise workload.output_tokens)" in _throughput_line(cell)
+    assert summarize(records[:1]).json_cut == 0

@@ -11,10 +11,11 @@ from pathlib import Path
 import orjson
 
 from loadgen.results.cellstatus import ServerInfo
+from loadgen.results.figures import Distribution
 from loadgen.results.readings import ClientReading, Scrape
 from loadgen.results.rundir import rebuild_summary
 from loadgen.results.samples import SAMPLES, read_samples
-from loadgen.results.summary import SCHEMA_VERSION, Distribution, Summary
+from loadgen.results.summary import SCHEMA_VERSION, Summary
 
 OLD_RUN = Path(__file__).resolve().parents[2] / "data" / "rundir-v1"  # written by loadgen 0.1.0 before typing
 # what later versions added; everything else keeps its key and value

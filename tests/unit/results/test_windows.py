@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.results.windows import steady_run, steady_state, time_windows
+from loadgen.results.windows import MAX_WINDOWS, steady_run, steady_state, time_windows, window_width
 from tests.unit.results.test_metrics import rec
 
 # r0 sent at 0, tokens at 0.1, 0.3, 0.6, done at 1; r1 sent at 1, tokens at 1.2 and 2.2 (two),
@@ -31,6 +31,17 @@ def test_windows_by_hand() -> None:
     assert w[2].itl_p50_s == pytest.approx(0.5)
     # tokens arrived: 3; 1 + 1; 2 + 1
     assert [x.output_tokens_per_s for x in w] == [3.0, 2.0, 3.0]
+
+
+def test_a_window_too_short_for_the_span_is_widened_to_ten_thousand_of_it() -> None:
+    """A microsecond over these 3 s would be 3 million windows, each without a request: 10,000 of
+    0.3 ms each instead, holding every request and token all the same."""
+    assert window_width(RECORDS, 1e-6) == pytest.approx(3.0 / MAX_WINDOWS)
+    assert window_width(RECORDS, 1.0) == 1.0
+    w = time_windows(RECORDS, 1e-6)
+    assert len(w) == MAX_WINDOWS
+    assert w[-1].end_s == pytest.approx(3.0)
+    assert (sum(x.started for x in w), sum(x.completed for x in w)) == (4, 4)
 
 
 def test_the_steady_run_by_the_rule() -> None:

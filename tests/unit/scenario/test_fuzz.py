@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,9 +48,21 @@ def refusal(load: Callable[[], object]) -> str | None:
     return None
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # the slow tier: 1,000
 @given(documents)
 def test_scenario_loader_accepts_or_explains(data: dict[str, Any]) -> None:
+    accepts_or_explains(data)
+
+
+@pytest.mark.slow
+@settings(max_examples=1_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents)
+def test_scenario_loader_accepts_or_explains_a_thousand_documents(data: dict[str, Any]) -> None:
+    accepts_or_explains(data)
+
+
+def accepts_or_explains(data: dict[str, Any]) -> None:
+    """A scenario document loads and expands into cells, or is refused in one line naming the file."""
     scenarios: list[Scenario] = []
     message = refusal(lambda: scenarios.append(parse_scenario(data, "fuzz.yaml")))
     if message is None:

@@ -30,6 +30,12 @@ CASES = [
     (b"", "the file is empty"),
     (b"a: &a [x, x, x, x, x, x, x, x, x]\n" + BOMB.encode() + b"target: {headers: *i}\n",
      "the aliases expand to"),
+    # a tree, bounded: an anchor holding its own alias, brackets thousands deep, a huge list
+    (b"name: s\nload: &l {concurrency: [1, *l]}\n", "an alias at line 2 holds itself: a scenario is a tree"),
+    pytest.param(b"name: " + b"[" * 3000 + b"]" * 3000 + b"\n", "nested more than 100 deep", id="3000-deep"),
+    pytest.param(b"name: " + b"[" * 150 + b"]" * 150 + b"\n", "nested more than 100 deep at line 1", id="150-deep"),
+    pytest.param(b"name: [" + b", ".join(b"1" for _ in range(100_001)) + b"]\n",
+                 "the document holds 100,004 values (at most 100,000): a scenario holds a few hundred", id="100k-values"),
 ]
 
 

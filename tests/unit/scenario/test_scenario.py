@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,23 @@ def test_bad_url_yaml_and_missing_files(tmp_path: Path) -> None:
     assert "base_url must start with http://" in error_of(tmp_path, "target: {base_url: localhost:8000}\n")
     assert "not valid YAML at line 2" in error_of(tmp_path, "a: 1\n  b: 2\n")
     assert "workload.prompt.file -> no such file" in error_of(tmp_path, "workload: {prompt: {file: p.jsonl}}\n")
-    with pytest.raises(ScenarioError, match="cannot read scenario file"):
+    with pytest.raises(ScenarioError, match=r"cannot read the scenario file \(No such file or directory\)"):
         load_scenario(tmp_path / "absent.yaml")
+    # what may never end is not read: a device, a FIFO (it would wait for a writer), as the scenario
+    # or as a file it names
+    os.mkfifo(tmp_path / "fifo.yaml")
+    for endless in (Path("/dev/zero"), tmp_path / "fifo.yaml"):
+        with pytest.raises(ScenarioError, match=r"not a plain file \(a FIFO or a device may never end\); give the "
+                                                r"scenario file as a file"):
+            load_scenario(endless)
+    assert "workload.tools.file -> /dev/zero: not a plain file" in error_of(
+        tmp_path, "target: {api: chat}\nworkload: {tools: {file: /dev/zero}}\n")
+    (tmp_path / "tools.json").write_bytes(b"[" + b" " * (17 << 20) + b"]")
+    assert "tools.json: 17.0 MiB, over the 16 MiB a tools file may be" in error_of(
+        tmp_path, "target: {api: chat}\nworkload: {tools: {file: tools.json}}\n")
+    (tmp_path / "big.yaml").write_bytes(b"#" * (17 << 20))
+    with pytest.raises(ScenarioError, match=r"big.yaml: 17.0 MiB, over the 16 MiB a scenario file may be"):
+        load_scenario(tmp_path / "big.yaml")
 
 
 def test_overrides_parse_yaml_values_and_create_sections(tmp_path: Path) -> None:

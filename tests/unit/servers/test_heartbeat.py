@@ -65,3 +65,16 @@ def test_sizes_and_start_keys() -> None:
     # the port changes at every launch; the key of the engine's command line does not
     assert start_key(["vllm", "--model", "m", "--port", "41234"]) == start_key(["vllm", "--model", "m", "--port", "5"])
     assert start_key(["vllm", "--port=5", "--model", "m"]) == "vllm --model m"
+
+
+def test_a_quiet_step_shows_its_output_only_when_it_fails(capfd: pytest.CaptureFixture[str]) -> None:
+    """vLLM's import check warns that Triton has no CPU backend: not the user's business where the
+    check passes, the whole story where it fails."""
+    said: list[str] = []
+    warn = "import sys; print(\"Triton is installed, but doesn't include CPU backend\", file=sys.stderr)"
+    run_step(said.append, [sys.executable, "-c", warn], "checking that vLLM imports", quiet=True)
+    assert capfd.readouterr() == ("", "")
+    assert said == ["checking that vLLM imports ..."]
+    with pytest.raises(LaunchError, match="exited with status 3") as err:
+        run_step(said.append, [sys.executable, "-c", warn + "; raise SystemExit(3)"], "checking", quiet=True)
+    assert "Triton is installed" in err.value.log_tail

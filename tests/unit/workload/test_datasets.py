@@ -139,5 +139,5 @@ def test_trace_rows_are_offsets_from_the_first_scaled_by_the_speedup(tmp_path: P
     assert [r.offset_s for r in rows] == [0.0, 1.0]
     assert rows[0].hash_ids == (1, 2)
     path.write_text('{"timestamp": 1, "input_length": 0, "output_length": 5}\n')
-    with pytest.raises(ScenarioError, match=r"t.jsonl:1: input_length must be an integer >= 1"):
+    with pytest.raises(ScenarioError, match=r"t.jsonl:1: input_length must be an integer from 1 to 10,000,000 \(got 0\)"):
         read_trace(path)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.load.sse import MalformedChunk, parse_chunk
-from loadgen.scenario.schema import Sampling
+from loadgen.scenario.target import Sampling
 from loadgen.workload.payload import Prompt, build_payload
 
 
@@ -46,7 +46,7 @@ def test_parse_chunk_variants() -> None:
 
 
 def test_chat_sends_max_completion_tokens_and_extra_body_last() -> None:
-    from loadgen.scenario.schema import Sampling, Target
+    from loadgen.scenario.target import Sampling, Target
     from loadgen.workload.payload import Prompt, build_payload
 
     target = Target(api="chat", extra_body={"top_k": 3, "response_format": {"type": "json_object"}})
