@@ -361,9 +361,11 @@ def engine_gap_within_bounds(
     """Each cell's gaps by metric, checked: both sides counted the same requests, E2E and ITL
     within a tenth of the engine's figure, TTFT above it (by under ``ttft_ms``: vLLM's HTTP
     server parses and tokenizes before its engine stamps the arrival, 1-3 ms on a quiet machine,
-    5.3 ms seen on a loaded 2-core CI machine), and the TTFT and E2E gaps the same overhead
-    within 2 ms (both start at the engine's arrival stamp; a client that stamped tokens late
-    would widen one and not the other)."""
+    5.3 ms seen on a loaded 2-core CI machine), and the E2E gap the TTFT gap's overhead (3 ms less to
+    5 ms more: both start at the engine's arrival stamp; the client's E2E ends at the stream's
+    end, after the HTTP server sent the last token, the usage and ``[DONE]`` behind the other
+    streams' chunks: -1.3 to +1.5 ms in a run of this test's 17 cells, 2.2 ms once at four
+    streams on an idle 2-core machine; a client that took the end late would widen it)."""
     out = []
     for cell in orjson.loads((run_dir / "summary.json").read_bytes())["cells"]:
         gaps = {g["metric"]: g for g in cell["engine_gap"]}
@@ -373,7 +375,7 @@ def engine_gap_within_bounds(
         assert abs(gaps["itl"]["gap_share"]) < 0.10, gaps
         assert 0 < gaps["ttft"]["gap_ms"] < (ttft_ms or float("inf")), gaps
         if ttft_ms is not None:
-            assert abs(gaps["ttft"]["gap_ms"] - gaps["e2e"]["gap_ms"]) < 2.0, gaps
+            assert -3.0 < gaps["e2e"]["gap_ms"] - gaps["ttft"]["gap_ms"] < 5.0, gaps
         out.append(gaps)
     return out
 

@@ -24,6 +24,8 @@ from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
 from tests.integration.locust.test_locust import sim_requests
 
+pytestmark = pytest.mark.locust
+
 ROOT = Path(__file__).parents[3]
 
 
@@ -46,12 +48,12 @@ def wait_for(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
             time.sleep(0.2)
 
 
-def test_two_tests_from_the_web_ui_are_two_cells_and_the_report_renders(start_sim: StartSim, tmp_path: Path) -> None:
-    base_url = start_sim(ttft_ms=5, itl_ms=5)
+def web_ui(base_url: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path, Path]:
+    """``loadgen locust`` with its web UI on a free port, run directory tmp_path/run, ready for
+    a test: the process, the UI's URL, the run directory and the log."""
     port = free_port("127.0.0.1")
     ui_url = f"http://127.0.0.1:{port}"
-    run_dir = tmp_path / "run"
-    log = tmp_path / "locust.log"
+    run_dir, log = tmp_path / "run", tmp_path / "locust.log"
     with log.open("w") as out:
         ui = subprocess.Popen(
             [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario_file(tmp_path)), "--host",
@@ -60,6 +62,45 @@ def test_two_tests_from_the_web_ui_are_two_cells_and_the_report_renders(start_si
         )
     try:
         wait_for(ui_url + "/llm/scenario", ui, log)
+    except BaseException:
+        ui.kill()
+        ui.wait()
+        raise
+    return ui, ui_url, run_dir, log
+
+
+def test_the_web_uis_quit_ends_locust_cleanly_with_the_run_written(start_sim: StartSim, tmp_path: Path) -> None:
+    """A test from the web UI, then its Quit (the LLM tab's button posts /llm/quit): Locust stops,
+    the run directory is whole and not labelled interrupted, and loadgen exits 0, where Ctrl-C,
+    the only way out before, labelled every web UI session interrupted and exited 130."""
+    base_url = start_sim(ttft_ms=5, itl_ms=5)
+    ui, ui_url, run_dir, log = web_ui(base_url, tmp_path)
+    try:
+        started = httpx.post(ui_url + "/swarm", data={"user_count": 2, "spawn_rate": 2, "host": base_url},
+                             timeout=10, trust_env=False)
+        assert started.status_code == 200, started.text
+        time.sleep(2)
+        assert httpx.post(ui_url + "/llm/quit", timeout=10, trust_env=False).json() == {"quitting": True}
+        code = ui.wait(60)
+    finally:
+        if ui.poll() is None:
+            ui.kill()
+            ui.wait()
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert "quit from the web UI" in text
+    assert live_group_members(ui.pid) == []
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is False
+    (cell,) = summary["cells"]
+    records = [r for r in read_records(run_dir / "records.jsonl") if r.error != "cancelled"]
+    assert cell["metrics"]["completed"] == len(records) > 10
+
+
+def test_two_tests_from_the_web_ui_are_two_cells_and_the_report_renders(start_sim: StartSim, tmp_path: Path) -> None:
+    base_url = start_sim(ttft_ms=5, itl_ms=5)
+    ui, ui_url, run_dir, log = web_ui(base_url, tmp_path)
+    try:
         tab_counts = []
         for users in (4, 2):
             started = httpx.post(ui_url + "/swarm", data={"user_count": users, "spawn_rate": users, "host": base_url},
@@ -124,15 +165,20 @@ def test_a_shape_ended_by_a_signal_leaves_a_run_directory_report_reads(start_sim
     base_url = start_sim(ttft_ms=5, itl_ms=5)
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "loadgen", "locust", "--shape", "--scenario",
-           str(scenario_file(tmp_path, concurrency=[2, 4, 8], duration_s=30)), "--host", base_url, "--headless",
-           "--step-time", "2", "--out", str(run_dir), "--only-summary"]
+           str(scenario_file(tmp_path, concurrency=[2, 4, 8, 16], duration_s=30)), "--host", base_url,
+           "--headless", "--step-time", "4", "--out", str(run_dir), "--only-summary"]
     if how == "timeout":
-        proc = subprocess.run(["timeout", "5", *cmd], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        # 16 s: the shape's four steps of 4 s would end it only if it started at once, and a start
+        # of up to 8 s (a busy machine) still leaves two steps
+        proc = subprocess.run(["timeout", "16", *cmd], capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert proc.returncode == 124, proc.stderr[-2000:]
         err = proc.stderr
     else:
         popen = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        time.sleep(5)
+        deadline = time.monotonic() + 60
+        while sim_requests(base_url) == 0 and popen.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(6)  # the shape's first request, then into its second step
         popen.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGHUP)
         _, err = popen.communicate(timeout=60)
         assert popen.returncode == 130, err[-2000:]
@@ -142,11 +188,11 @@ def test_a_shape_ended_by_a_signal_leaves_a_run_directory_report_reads(start_sim
     assert report.returncode == 0, report.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["interrupted"] is True
-    # --step-time 2 wins over the scenario's 30 s: a step of 2 s, and the stop (5 s after the
-    # start, which takes a second or two) came in the second step or the third
+    # --step-time 4 wins over the scenario's 30 s: a step of 4 s, so the stop came in the
+    # second step or later (with 30 s steps it would have come in the first)
     steps = [c["params"]["concurrency"] for c in summary["cells"]]
-    assert steps in ([2, 4], [2, 4, 8]), steps
-    assert summary["cells"][0]["users"]["duration_s"] == pytest.approx(2.0, abs=0.3)
+    assert steps in ([2, 4], [2, 4, 8], [2, 4, 8, 16]), steps
+    assert summary["cells"][0]["users"]["duration_s"] == pytest.approx(4.0, abs=0.3)
     assert "Locust test 1: 4 users" in report.stdout
     measured = [r for r in read_records(run_dir / "records.jsonl") if r.error != "cancelled"]
     assert sum(c["metrics"]["completed"] for c in summary["cells"]) == len(measured) > 0
@@ -166,8 +212,12 @@ def test_200000_prompts_send_at_once_and_memory_does_not_grow_with_them(start_si
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )
     rss = []
-    for at in (3, 9):
-        time.sleep(at - (3 if rss else 0))
+    records_file = run_dir / "records.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (records_file.exists() and records_file.stat().st_size):
+        time.sleep(0.1)  # the users are sending (however long Locust took to start on this machine)
+    for wait in (1, 6):
+        time.sleep(wait)
         locusts = [p for p in psutil.Process(proc.pid).children(recursive=True) if "locust" in " ".join(p.cmdline())]
         rss.append(sum(p.memory_info().rss for p in locusts))
     _, err = proc.communicate(timeout=60)
@@ -176,8 +226,8 @@ def test_200000_prompts_send_at_once_and_memory_does_not_grow_with_them(start_si
     first = min(r.sent_at for r in records if r.sent_at is not None)
     in_ten = sum(1 for r in records if r.done_at is not None and r.done_at - first <= 10.0)
     assert in_ten >= 0.85 * 631, in_ten
-    # the prompts are made as they are sent: between 3 s and 9 s the Locust process grew by
-    # under 30 MiB (200,000 prompts of 64 words made ahead are over 60 MiB)
+    # the prompts are made as they are sent: over the 6 s after the first second of sending, the
+    # Locust process grew by under 30 MiB (200,000 prompts of 64 words made ahead are over 60 MiB)
     assert rss[1] - rss[0] < 30 << 20, rss
 
 
@@ -219,8 +269,12 @@ def test_a_sharegpt_dataset_under_two_workers_sends_each_entry_once(start_sim: S
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({"name": "sg", "workload": {"num_prompts": 30, "dataset": {
         "kind": "sharegpt", "path": str(tmp_path / "sg.json"), "shuffle": False}}}))
-    master = distributed(path, base_url, tmp_path, "8s")
+    started = time.monotonic()
+    master = distributed(path, base_url, tmp_path, "90s")
     assert master.returncode == 0, master.stderr[-3000:]
+    # the master ends the test once both workers' shares are sent and answered, not at -t
+    assert "every entry of the dataset (30) sent once in this test by its 2 workers: the test ends" in master.stderr
+    assert time.monotonic() - started < 90
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     assert all(r.ok for r in records)
     # each entry once: its answer length and its prompt's, as the dataset gives them
@@ -251,27 +305,36 @@ def test_three_turn_sessions_under_two_workers_stay_whole(start_sim: StartSim, t
         assert turns.count(0) - turns.count(2) <= 2  # at most the sessions the stop cut short (2 users each)
 
 
-def test_agent_sessions_from_a_file_run_whole_each_once_a_test(start_sim: StartSim, tmp_path: Path) -> None:
-    """The session file of the asyncio client's test, 4 sessions (the file's 2 twice) on 2 users:
+@pytest.mark.parametrize(("sessions", "processes"), [(2, 1), (4, 1), (4, 2)])
+def test_agent_sessions_from_a_file_run_whole_each_once_a_test(start_sim: StartSim, tmp_path: Path,
+                                                                sessions: int, processes: int) -> None:
+    """The session file of the asyncio client's test on 2 users, its 2 sessions once or twice:
     each session's turns in order on one user, tool calls answered with the file's results, the
-    prompts as long as there (by hand), and the test ends once the last session is done."""
+    prompts as long as there (by hand), and the test ends once the last session is done. With 2,
+    the second user runs out of sessions while the first waits its 0.2 s before turn 1: the test
+    goes on until that session's last turn is answered."""
     from tests.integration.load.test_agent_sessions import PROMPTS, scenario
 
     base_url = start_sim(ttft_ms=2, itl_ms=1)
     path = scenario(tmp_path)
-    path.write_text(path.read_text().replace("output_tokens: 6", "output_tokens: 6\n  num_prompts: 4"))
+    path.write_text(path.read_text().replace("output_tokens: 6", f"output_tokens: 6\n  num_prompts: {sessions}"))
     proc = subprocess.run(
         [sys.executable, "-m", "loadgen", "locust", "--scenario", str(path), "--host", base_url, "--headless",
-         "-u", "2", "-r", "2", "-t", "60s", "--out", str(tmp_path / "run"), "--only-summary"],
+         "-u", "2", "-r", "2", "-t", "60s", "--out", str(tmp_path / "run"), "--only-summary",
+         *(["--processes", str(processes), "--master-bind-port", str(free_port("127.0.0.1"))] if processes > 1
+           else [])],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "every session of the session file (4) sent once in this test" in proc.stderr
+    assert f"every session of the session file ({sessions}) sent once in this test" in proc.stderr
+    if processes > 1:  # each worker its share, and the master ends the test once both are done
+        assert f"sent once in this test by its {processes} workers: the test ends" in proc.stderr
     records = sorted(read_records(tmp_path / "run" / "records.jsonl"), key=lambda r: r.sent_at or 0)
     assert all(r.ok for r in records)
-    assert len(records) == 2 * (3 + 2)
-    assert sorted(r.prompt_tokens or 0 for r in records) == sorted(2 * [*PROMPTS[0], *PROMPTS[1]])
-    assert sum(r.expected_tool_call is True for r in records) == 2  # session 0's first turn, twice
+    repeats = sessions // 2
+    assert len(records) == repeats * (3 + 2)
+    assert sorted(r.prompt_tokens or 0 for r in records) == sorted(repeats * [*PROMPTS[0], *PROMPTS[1]])
+    assert sum(r.expected_tool_call is True for r in records) == repeats  # session 0's first turn
 
 
 def test_one_process_sends_a_jsonl_dataset_once_and_ends_the_test(start_sim: StartSim, tmp_path: Path) -> None:
@@ -297,17 +360,31 @@ def test_one_process_sends_a_jsonl_dataset_once_and_ends_the_test(start_sim: Sta
     assert sorted((r.prompt_tokens, r.output_tokens) for r in records) == [(3 + i, 5 + i) for i in range(20)]
 
 
+def slow_requests(run_dir: Path, ttft_ms: float = 150.0) -> list[str]:
+    """Each cell's requests slower to a first token than ``ttft_ms``: when each was sent from
+    the cell's first send, by which worker, its TTFT (what a failed search's cells held)."""
+    records = list(read_records(run_dir / "records.jsonl"))
+    first = {r.cell: min(x.sent_at for x in records if x.cell == r.cell and x.sent_at is not None)
+             for r in records if r.sent_at is not None}
+    return [f"cell {r.cell} worker {r.worker} sent +{r.sent_at - first[r.cell]:.3f} s ttft {r.ttft_s * 1e3:.0f} ms "
+            f"error {r.error}" for r in records
+            if r.sent_at is not None and r.ttft_s is not None and r.ttft_s * 1e3 > ttft_ms]
+
+
+@pytest.mark.alone  # TTFT p99 within 250 ms at 8 streams: a crowded machine put 100 ms into it
 def test_a_capacity_search_under_a_master_and_two_workers_finds_loadgen_runs_answer(
         start_sim: StartSim, tmp_path: Path) -> None:
     """The simulator serves 8 at once; a ninth stream waits a whole request (50 + 31 x 10 =
-    360 ms) for a slot: against TTFT p99 <= 300 ms both loadgen run's search and the Locust
-    shape's (its users spread over two workers) answer 8, binding at 9."""
+    360 ms) for a slot: against TTFT p99 <= 250 ms both loadgen run's search and the Locust
+    shape's (its users spread over two workers) answer 8, binding at 9. (The SLO lies 200 ms
+    above the TTFT of 8 streams and 160 ms below that of 9: a busy CI machine stalled a probe's
+    requests by 120 ms, which a 150 ms SLO over 200 ms requests did not absorb.)"""
     from loadgen.load.run import execute
     from loadgen.scenario.loader import parse_scenario
 
     base_url = start_sim(max_seqs=8)
-    search = {"by": "concurrency", "min": 4, "max": 32, "slo": {"ttft_ms": {"p99": 300}}}
-    data = {"name": "cap", "workload": {"num_prompts": 60, "input_tokens": 32, "output_tokens": 32},
+    search = {"by": "concurrency", "min": 4, "max": 32, "slo": {"ttft_ms": {"p99": 250}}}
+    data = {"name": "cap", "workload": {"num_prompts": 40, "input_tokens": 32, "output_tokens": 32},
             "load": {"search": search}}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -318,7 +395,8 @@ def test_a_capacity_search_under_a_master_and_two_workers_finds_loadgen_runs_ans
     run_cap = execute(parse_scenario({**data, "target": {"base_url": base_url}}), tmp_path / "run-loadgen"
                       ).summary.to_dict()["capacity"]
     assert (locust_cap["max_meeting_slo"], locust_cap["binds_at"]) == (run_cap["max_meeting_slo"],
-                                                                       run_cap["binds_at"]) == (8, 9)
+                                                                       run_cap["binds_at"]) == (8, 9), (
+        slow_requests(tmp_path / "run"), master.stderr[-2000:])
     assert locust_cap["limiting_slo"] == run_cap["limiting_slo"] == ["ttft_ms.p99"]
     values = [p["value"] for p in locust_cap["probes"]]
     assert values == [p["value"] for p in run_cap["probes"]] == [4, 8, 16, 12, 10, 9]
@@ -376,7 +454,7 @@ def test_timeout_around_a_headless_run_leaves_a_run_directory_report_reads(start
     base_url = start_sim(ttft_ms=5, itl_ms=5)
     run_dir = tmp_path / "run"
     proc = subprocess.run(
-        ["timeout", "5", sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario_file(tmp_path)),
+        ["timeout", "10", sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario_file(tmp_path)),
          "--host", base_url, "--headless", "-u", "2", "-r", "2", "-t", "10m", "--out", str(run_dir), "--only-summary"],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )
