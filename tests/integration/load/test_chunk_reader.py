@@ -43,3 +43,22 @@ def test_the_python_reading_set_by_the_environment_measures_what_the_default_doe
     # every request complete, its 12 tokens counted from the server's usage, a chunk each
     assert len(counts) == 6
     assert {c[1:] for c in counts} == {(None, 12, "usage", (1,) * 12)}
+
+
+def test_at_64_streams_every_token_is_read_once_in_order(start_sim: StartSim, tmp_path: Path) -> None:
+    """64 streams of 64 tokens, 10 ms apart: whichever reading runs (the compiled one as built,
+    under the sanitizers, or Python's), every answer is whole, each token counted once, its
+    chunks' times in order. (How close their times come to the server's is the accuracy
+    check's, in the fast tier.)"""
+    base_url = start_sim(ttft_ms=50, itl_ms=10)
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", "run", "--base-url", base_url, "--num-prompts", "128", "--input-len", "16",
+         "--output-len", "64", "--concurrency", "64", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [r for r in read_records(tmp_path / "run" / "records.jsonl") if not r.warmup and r.request_id >= 0]
+    assert len(records) == 128
+    for r in records:
+        assert (r.error, r.output_tokens, sum(r.chunk_tokens)) == (None, 64, 64), r
+        assert len(r.chunk_offsets_s) == len(r.chunk_tokens)
+        assert list(r.chunk_offsets_s) == sorted(r.chunk_offsets_s), r.chunk_offsets_s
