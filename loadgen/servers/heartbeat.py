@@ -100,7 +100,7 @@ def run_step(echo: Echo, argv: list[str] | tuple[str, ...], what: str, *, grows:
 # what an engine's log says it is doing while it starts, newest first wins (vLLM, SGLang, TGI,
 # llama.cpp and loadgen's own engines use these words)
 PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.IGNORECASE), name) for p, name in (
-    (r"uvicorn running|application startup complete|starting vllm api server|server is listening|"
+    (r"uvicorn running|application startup complete|starting vllm (api )?server|server is listening|"
      r"http server listening|connected$", "starting its HTTP server"),
     (r"cuda graph|capturing|compil|warming up|warmup|torch\.compile|inductor", "compiling and warming up"),
     (r"kv cache|num_gpu_blocks|cache_config|memory profiling|profil", "sizing the KV cache"),
@@ -110,9 +110,19 @@ PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.IGNORE
 ))
 
 
+# lines that name a phase without being in it: a step that is over ("Loading weights took
+# 0.03 seconds", vLLM's "init engine (profile, create kv cache, warmup model) took 2.94 s", which
+# turned the label back to compiling once the engine was done) or one that is switched off
+# ("Enforce eager set, disabling torch.compile", which read as compiling for the 30 s before
+# the weights)
+NOT_A_PHASE = re.compile(r"\btook\b|disabl", re.IGNORECASE)
+
+
 def phase(log_tail: str) -> str | None:
     """The phase the newest line of an engine log that names one says it is in."""
     for line in reversed(log_tail.splitlines()):
+        if NOT_A_PHASE.search(line):
+            continue
         for pattern, name in PHASES:
             if pattern.search(line):
                 return name

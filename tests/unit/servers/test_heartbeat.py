@@ -31,6 +31,28 @@ def test_the_phase_is_the_newest_line_that_names_one(upto: int, expected: str) -
     assert phase("\n".join(VLLM_LOG.splitlines()[:upto])) == expected
 
 
+# vLLM's CPU build starting the tiny model with --enforce-eager (its own log, shortened)
+VLLM_CPU_LOG = """\
+(APIServer pid=4974) INFO 11-29 02:50:18 [api_utils.py:286] non-default args: {'enable_auto_tool_choice': True}
+(APIServer pid=4974) WARNING 11-29 02:50:19 [vllm.py:1703] Enforce eager set, disabling torch.compile, CUDAGraphs
+(Worker pid=4995) INFO 11-29 02:50:48 [cpu_model_runner.py:68] Starting to load model /root/tiny-qwen2-v1...
+(Worker pid=4995) INFO 11-29 02:50:48 [base_loader.py:82] Initializing model took 0.211347 seconds
+(EngineCore pid=4986) INFO 11-29 02:50:50 [utils.py:347] Using LBHNC KV cache layout.
+(EngineCore pid=4986) INFO 11-29 02:50:53 [core.py:402] init engine (profile, create kv cache, warmup model) took 2.94 s
+(APIServer pid=4974) INFO 11-29 02:50:54 [entry.py:140] Starting vLLM server on http://127.0.0.1:44393
+"""
+
+
+@pytest.mark.parametrize(("upto", "expected"), [
+    (1, "initialising"), (2, "initialising"), (3, "loading the weights"), (4, "loading the weights"),
+    (5, "sizing the KV cache"), (6, "sizing the KV cache"), (7, "starting its HTTP server"),
+])
+def test_a_step_that_is_over_or_switched_off_names_no_phase(upto: int, expected: str) -> None:
+    """The label moves on as the engine does: a disabled compile is not compiling, a finished
+    step ("... took 0.21 seconds") does not turn it back."""
+    assert phase("\n".join(VLLM_CPU_LOG.splitlines()[:upto])) == expected
+
+
 def test_a_log_that_names_no_phase_has_none() -> None:
     assert phase("warnings.warn(\n  something") is None
 
