@@ -13,7 +13,7 @@ from typing import Any
 from loadgen.report.charts import save
 from loadgen.report.layouts import model_label, quant_label, software_label
 from loadgen.report.tables import Table
-from loadgen.results.capacity import ERROR_RATE, QUEUE, objective_label
+from loadgen.results.capacity import ERROR_RATE, QUEUE, objective_label, ran_starved
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.probe import CapacityAnswer, Objectives, ProbeRow
 from loadgen.results.summary import CellSummary, Summary
@@ -100,8 +100,7 @@ def starved_probes(summary: Summary, cap: CapacityAnswer) -> str | None:
     """Where probes of a search ran with their client or engine starved by other programs (their
     self-check): the answer rests on figures that hold that delay, and says so."""
     cells = {c.cell: c for c in summary.cells}
-    starved = [p for p in cap.probes if (c := cells.get(p.cell)) is not None and (
-        (c.client is not None and c.client.verdict != "ok") or (c.engine_cores is not None and c.engine_cores.starved))]
+    starved = [p for p in cap.probes if (c := cells.get(p.cell)) is not None and ran_starved(c)]
     if not starved:
         return None
     at = ", ".join(f"{p.value:g}" for p in starved)

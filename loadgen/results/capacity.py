@@ -329,7 +329,11 @@ def capacity_of(index: int, spec: Search, labels: Labels, probes: Sequence[CellS
     if results and not complete:
         answer = f"search unfinished ({len(results)} probes): " + answer
     likely = likely_range(spec, lo, hi, done)
-    margin = margin_of(spec, lo, best[1] if best is not None else None, likely, results)
+    # a probe whose client or engine other programs starved has no sure verdict: its figures
+    # hold their delay, and a quiet machine may well have judged it otherwise
+    quiet = likely_range(spec, lo, hi, done, trust_starved=True)
+    widened = tuple(r.value for p, r in done if ran_starved(p)) if likely != quiet else ()
+    margin = margin_of(spec, lo, best[1] if best is not None else None, likely, results, widened)
     return CapacityAnswer(
         search=index, labels=labels, by=word, min=spec.min, max=spec.max,
         slo=spec.slo.model_dump(exclude_none=True, exclude_defaults=True),
@@ -378,17 +382,26 @@ def sure(result: ProbeResult, spec: Search) -> bool:
     return all(inside) if result.meets_slo else any(inside)
 
 
-def likely_range(spec: Search, lo: float | None, hi: float | None,
-                 done: Sequence[tuple[CellSummary, ProbeResult]]) -> tuple[float, float] | None:
+def ran_starved(cell: CellSummary) -> bool:
+    """Whether a cell ran with its client not keeping up (its self-check's verdict) or its
+    engine starved by other programs: its figures hold that delay."""
+    return (cell.client is not None and cell.client.verdict != "ok") or (
+        cell.engine_cores is not None and cell.engine_cores.starved)
+
+
+def likely_range(spec: Search, lo: float | None, hi: float | None, done: Sequence[tuple[CellSummary, ProbeResult]],
+                 *, trust_starved: bool = False) -> tuple[float, float] | None:
     """Where the answer lies, judged on the probes' 95% intervals: down to the highest value
     whose every probe surely met the SLOs (or ``min``), up to the highest probed value not
-    surely broken below the lowest surely broken one."""
+    surely broken below the lowest surely broken one. A starved probe's verdict is never sure
+    (unless ``trust_starved``)."""
     if lo is None:
         return None
-    met_surely = [r.value for _, r in done if r.meets_slo and r.value <= lo and sure(r, spec)]
-    unsure_met = {r.value for _, r in done if r.meets_slo and not sure(r, spec)}
+    surely = {id(r) for p, r in done if sure(r, spec) and (trust_starved or not ran_starved(p))}
+    met_surely = [r.value for _, r in done if r.meets_slo and r.value <= lo and id(r) in surely]
+    unsure_met = {r.value for _, r in done if r.meets_slo and id(r) not in surely}
     low = max((v for v in met_surely if v not in unsure_met), default=spec.min)
-    broken_surely = [r.value for _, r in done if not r.meets_slo and sure(r, spec)]
+    broken_surely = [r.value for _, r in done if not r.meets_slo and id(r) in surely]
     ceiling = min(broken_surely, default=math.inf)
     high = max([lo, *(r.value for _, r in done if lo < r.value < ceiling)])
     if hi is None:
@@ -397,9 +410,11 @@ def likely_range(spec: Search, lo: float | None, hi: float | None,
 
 
 def margin_of(spec: Search, value: float | None, result: ProbeResult | None,
-              likely: tuple[float, float] | None = None, results: Sequence[tuple[float, bool]] = ()) -> str:
-    """How sure the answer is, in words: where it likely lies, how close the answer's probe
-    came to its tightest objective, and the repeated probes' tallies."""
+              likely: tuple[float, float] | None = None, results: Sequence[tuple[float, bool]] = (),
+              widened: Sequence[float] = ()) -> str:
+    """How sure the answer is, in words: where it likely lies (``widened``: the starved probes
+    that widened it), how close the answer's probe came to its tightest objective, and the
+    repeated probes' tallies."""
     if value is None or result is None:
         return ""
     parts = []
@@ -407,6 +422,10 @@ def margin_of(spec: Search, value: float | None, result: ProbeResult | None,
         low, high = likely
         if low == high == value:
             parts.append("every probe's 95% interval is clear of the bounds")
+        elif widened:
+            at = ", ".join(_load_text(spec.by, v) for v in sorted(set(widened)))
+            parts.append(f"likely {_load_text(spec.by, low)} to {_load_text(spec.by, high)} (the probes at {at} ran "
+                         "with the client behind or the engine starved (their self-check): their verdicts are unsure)")
         else:
             parts.append(f"likely {_load_text(spec.by, low)} to {_load_text(spec.by, high)} "
                          "(the probes' 95% intervals straddle a bound)")

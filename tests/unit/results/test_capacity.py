@@ -3,6 +3,7 @@ and the answer, against values worked out by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 from loadgen.results.capacity import broken, capacity_of, goodput_count, next_value, slo_figures, slo_ranges
 from loadgen.results.cellstatus import ServerInfo
+from loadgen.results.clienthealth import ClientHealth
 from loadgen.results.probe import ProbeResult
 from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
@@ -137,6 +139,25 @@ def tpot_cells(half_width: float, below: float | None = None, above: float | Non
                          {"ttft_ms.p99": 52.0, "tpot_ms.p99": tpot},
                          {"ttft_ms.p99": (50.0, 54.0), "tpot_ms.p99": span}))
     return out
+
+
+def test_a_starved_probe_widens_the_likely_range_and_says_why() -> None:
+    """The same probes, every interval clear of its bound (a sure 21), but the probes at 20, 21
+    and 22 ran with their client starved by other programs: their verdicts are not sure, so the
+    answer likely lies from 16 (the highest surely met) to 22 (below 24, the lowest surely
+    broken)."""
+    spec = search(ttft_ms={"p99": 300}, tpot_ms={"p99": 20.25})
+    starved = ClientHealth.from_dict({"verdict": "starved"})
+    cells = [dataclasses.replace(c, client=starved) if c.probe is not None and c.probe.value in (20, 21, 22) else c
+             for c in tpot_cells(0.1)]
+    cap = capacity_of(0, spec, {}, cells).to_dict()
+    assert (cap["max_meeting_slo"], cap["binds_at"]) == (21, 22)  # the verdicts themselves stand
+    assert cap["likely"] == [16, 22]
+    assert cap["margin"].startswith(
+        "margin: likely 16 to 22 (the probes at 20, 21, 22 ran with the client behind or the engine starved (their "
+        "self-check): their verdicts are unsure); at 21")
+    # and without them starved, every interval is clear (the same probes as below)
+    assert capacity_of(0, spec, {}, tpot_cells(0.1)).to_dict()["likely"] == [21, 21]
 
 
 def test_the_answer_names_the_binding_objective() -> None:
