@@ -186,6 +186,11 @@ class _State:
             def tell_master() -> None:
                 while self.in_flight > 0:  # its last entries measured first
                     gevent.sleep(0.02)
+                # its records with a report of their own first (the master gets its messages in
+                # order): the master quits once the last worker is done, and waits only 0.5 s for
+                # the workers' final reports, which a slow machine missed (a test with every
+                # record lost)
+                runner._send_stats()
                 runner.send_message(DONE_MESSAGE, {"index": index, "entries": entries, "sessions": sessions})
 
             gevent.spawn(tell_master)
