@@ -146,7 +146,7 @@ def _host_without_userinfo(args: list[str]) -> list[str]:
 
 
 # after a stop, how long Locust has to say it is quitting on its own before loadgen signals it
-QUIT_GRACE_S = 1.0
+QUIT_GRACE_S = 3.0
 
 
 def run_child(cmd: list[str]) -> int:

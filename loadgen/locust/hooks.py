@@ -187,8 +187,15 @@ def _stopped() -> bool:
 @events.quitting.add_listener
 def _quitting(environment: Environment, **_: Any) -> None:
     """Tell loadgen that Locust is quitting (its run time ended, or a stop it heard itself)."""
+    if isinstance(environment.runner, WorkerRunner):
+        return
+    # Locust stops once: a further stop (loadgen's SIGTERM after its grace, the group's signal
+    # reaching it late on a busy machine) arrived while the master waited for its worker processes
+    # at exit, and Locust's handler called its shutdown again there, printing a traceback
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     path = os.environ.get(QUITTING_FILE_ENV)
-    if path and not isinstance(environment.runner, WorkerRunner):
+    if path:
         with contextlib.suppress(OSError):
             Path(path).touch()
 

@@ -87,6 +87,13 @@ class SimStats:
     chunk_lateness_min_s: float = 0.0
     faults: dict[str, int] = field(default_factory=dict)
 
+    def timed(self, late: float) -> None:
+        """A chunk (or a whole embeddings answer) that left ``late`` seconds after its deadline."""
+        self.chunks_timed += 1
+        self.chunk_lateness_sum_s += late
+        self.chunk_lateness_max_s = max(self.chunk_lateness_max_s, late)
+        self.chunk_lateness_min_s = late if self.chunks_timed == 1 else min(self.chunk_lateness_min_s, late)
+
 
 class SimApp(OpenAIApp):
     """The ASGI application; one instance per server, with its counters."""
@@ -202,8 +209,11 @@ class SimApp(OpenAIApp):
         try:
             self.stats.requests_running += 1
             self.stats.prompt_tokens_total += tokens
-            await self._sleep_until(admitted + cfg.ttft_s + tokens * cfg.embedding_per_token_us / 1e6)
-            await respond(send, 200, embedding_answer(cfg.model, len(texts), tokens))
+            deadline = admitted + cfg.ttft_s + tokens * cfg.embedding_per_token_us / 1e6
+            await self._sleep_until(deadline)
+            answer = embedding_answer(cfg.model, len(texts), tokens)
+            self.stats.timed(time.perf_counter() - deadline)
+            await respond(send, 200, answer)
             self.stats.requests_completed += 1
         finally:
             self.stats.requests_running -= 1
@@ -223,7 +233,7 @@ class SimApp(OpenAIApp):
         yield counter("loadgen_sim_prompt_tokens", "prompt tokens of the requests answered", s.prompt_tokens_total)
         yield counter("loadgen_sim_generation_tokens", "output tokens sent", s.generation_tokens_total)
         yield SummaryMetricFamily(
-            "loadgen_sim_chunk_lateness_seconds", "how late each chunk left after its deadline",
+            "loadgen_sim_chunk_lateness_seconds", "how late each chunk (or embeddings answer) left after its deadline",
             count_value=s.chunks_timed, sum_value=s.chunk_lateness_sum_s,
         )
         yield gauge("loadgen_sim_chunk_lateness_seconds_max", "latest chunk", s.chunk_lateness_max_s)
@@ -431,12 +441,8 @@ class SimApp(OpenAIApp):
                                 "more_body": True})
                 else:
                     await send_event(send, head + choice + finish + b"}" + tail)
-            st = self.stats
-            st.generation_tokens_total += (end - start) * ask.n
-            st.chunks_timed += 1
-            st.chunk_lateness_sum_s += late
-            st.chunk_lateness_max_s = max(st.chunk_lateness_max_s, late)
-            st.chunk_lateness_min_s = late if st.chunks_timed == 1 else min(st.chunk_lateness_min_s, late)
+            self.stats.generation_tokens_total += (end - start) * ask.n
+            self.stats.timed(late)
         if include_usage:
             claimed = {"usage_mismatch": max_tokens + 1, "usage_huge": 10**9}.get(fault or "", max_tokens * ask.n)
             totals = orjson.dumps({**usage(prompt_tokens, claimed), "prompt_tokens_details": {"cached_tokens": cached}})

@@ -380,6 +380,7 @@ def engine_gap_within_bounds(
     return out
 
 
+@pytest.mark.timing
 @pytest.mark.engines
 @pytest.mark.alone
 def test_loadgen_serve_tiny_runs_vllm_cpu_and_serves_a_scenario(vllm_engine: str, tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.results.records import RequestRecord, read_records
 from tests.conftest import StartSim
-from tests.integration.load.test_sim_accuracy import sim_metrics
 from tests.integration.report.test_llmd import reports
+from tests.simtruth import sim_metrics
 
 TOOLS = [{"type": "function", "function": {
     "name": "search_flights", "description": "flights to a city",
@@ -112,6 +112,7 @@ def test_a_session_file_is_replayed_in_order_with_tool_calls_answered_and_think_
 
 @pytest.mark.alone  # its first tokens are timed to 6 ms: a busy machine delayed the simulator's answers by
 # 6 to 17 ms before its clock started (four readings in two CI runs), which its lateness does not show
+@pytest.mark.timing
 @pytest.mark.parametrize("history", ["full", "previous-response"])
 def test_the_responses_api_carries_the_same_conversation(start_sim: StartSim, tmp_path: Path, history: str) -> None:
     """Whole, or with only what is new and the previous answer's id: the simulator sees the

@@ -15,6 +15,8 @@ from loadgen.load.schedule import Arrivals, vllm_offsets
 from loadgen.results.records import read_records
 from tests.conftest import StartSim
 
+pytestmark = pytest.mark.timing
+
 ROOT = Path(__file__).parents[3]
 
 

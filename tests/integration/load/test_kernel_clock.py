@@ -19,7 +19,9 @@ from loadgen.load import sse
 from loadgen.load.connection import STARVE_ENV
 from loadgen.results.records import RequestRecord, read_records
 from tests.conftest import StartSim
-from tests.integration.load.test_sim_accuracy import sim_metrics
+from tests.simtruth import sim_metrics
+
+pytestmark = pytest.mark.timing
 
 
 def run(base_url: str, tmp_path: Path, clock: str, name: str) -> tuple[list[RequestRecord], dict, dict, str]:

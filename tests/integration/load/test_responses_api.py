@@ -15,10 +15,11 @@ from loadgen.cli import app
 from loadgen.load.stream import NOT_RESPONSES
 from loadgen.results.records import read_records
 from tests.conftest import StartSim
-from tests.integration.load.test_sim_accuracy import mean_lateness, sim_metrics
 from tests.rawserver import MODELS_ANSWER, RawServer, is_models
+from tests.simtruth import mean_lateness, sim_metrics
 
 
+@pytest.mark.timing
 @pytest.mark.alone
 def test_the_responses_api_measures_as_chat_does(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=30, itl_ms=5)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from loadgen.load.connection import STARVE_ENV
@@ -13,19 +12,11 @@ from loadgen.load.run import execute
 from loadgen.results.records import read_records
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import CpuHog, StartSim
+from tests.simtruth import mean_lateness, sim_metrics
+
+pytestmark = pytest.mark.timing
 
 TTFT_S, ITL_S = 0.050, 0.010
-
-
-def sim_metrics(base_url: str) -> dict[str, float]:
-    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
-    return {k: float(v) for k, v in (line.split() for line in text.splitlines() if line and line[0] != "#")}
-
-
-def mean_lateness(sim: dict[str, float]) -> float:
-    """The simulator's own lateness (its chunks' mean, s) from its /metrics: how far a busy
-    machine put it off its schedule, the allowance of the timing checks."""
-    return sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"]
 
 
 def scenario(base_url: str, concurrency: int, prompts: int, output: int, **extra: object) -> dict[str, object]:

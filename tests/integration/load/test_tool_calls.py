@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.results.records import read_records
 from tests.conftest import StartSim
-from tests.integration.load.test_sim_accuracy import sim_metrics
+from tests.simtruth import sim_metrics
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "the weather in a city",
@@ -22,6 +22,7 @@ TOOLS = [{"type": "function", "function": {
                    "required": ["city", "days"]}}}]
 
 
+@pytest.mark.timing
 @pytest.mark.alone
 def test_a_tool_calls_first_token_and_tokens_by_hand(start_sim: StartSim, tmp_path: Path) -> None:
     (tmp_path / "tools.json").write_text(json.dumps(TOOLS))

@@ -17,7 +17,7 @@ from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import PROVENANCE, RECORDS
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import StartSim
-from tests.integration.load.test_sim_accuracy import mean_lateness, sim_metrics
+from tests.simtruth import mean_lateness, sim_metrics
 
 
 def measured(run_dir: Path) -> list[RequestRecord]:
@@ -51,6 +51,7 @@ def test_a_sharegpt_file_gives_each_request_its_answers_length(start_sim: StartS
     assert [r.input_tokens for r in records] == [5 + i for i in range(12)]
 
 
+@pytest.mark.timing
 @pytest.mark.alone  # a 1 ms bound on when requests are sent: other tests' work would be in it
 def test_a_trace_is_sent_on_its_schedule_with_shared_blocks(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=2, itl_ms=0.5)
@@ -81,6 +82,7 @@ def test_a_trace_is_sent_on_its_schedule_with_shared_blocks(start_sim: StartSim,
     assert [r.cached_tokens for r in records] == [0] + [16] * (len(stamps) - 1)
 
 
+@pytest.mark.timing
 @pytest.mark.alone
 def test_a_ramp_up_sends_at_the_rate_of_its_schedule(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=1, itl_ms=0.1)
@@ -152,6 +154,7 @@ def test_multi_turn_sessions_send_the_history_the_server_gave(start_sim: StartSi
     assert all(t["prefix_cache_hit_rate"] > 0.5 for t in per_turn[1:])
 
 
+@pytest.mark.timing
 @pytest.mark.alone  # 4 ms bounds on 4 requests' p50: other tests' work would be in them
 def test_a_reasoning_stream_gives_ttft_at_the_first_thought_and_the_answer_apart(
     start_sim: StartSim, tmp_path: Path,

@@ -14,7 +14,7 @@ from tests.conftest import StartSim
 from tests.integration.load.test_kernel_clock import itl_ms, sim_metrics
 from tests.integration.locust.test_locust import headless, write_scenario
 
-pytestmark = pytest.mark.locust
+pytestmark = [pytest.mark.locust, pytest.mark.timing]
 
 
 def locust_run(base_url: str, tmp_path: Path, clock: str) -> tuple[list[RequestRecord], dict]:

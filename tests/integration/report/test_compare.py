@@ -44,6 +44,7 @@ def changes(data: dict, run: int = 0, cell: int = 0) -> dict[str, dict]:
     return {c["metric"]: c for c in data["runs"][run]["cells"][cell]["changes"]}
 
 
+@pytest.mark.timing
 @pytest.mark.alone
 def test_a_slower_decode_is_worse_and_the_same_server_is_within_noise(runs: dict[str, Path], tmp_path: Path) -> None:
     data = orjson.loads(cli("compare", runs["a"], runs["b"], runs["c"], "--format", "json",

@@ -12,7 +12,9 @@ from loadgen.report.progress import LiveRate
 from loadgen.results.records import read_records
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import StartSim
-from tests.integration.load.test_sim_accuracy import sim_metrics
+from tests.simtruth import sim_metrics
+
+pytestmark = pytest.mark.timing
 
 TTFT_S, ITL_S, OUTPUT = 0.05, 0.01, 64
 

@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 
 from loadgen.cli import app
 from tests.conftest import StartSim
-from tests.integration.load.test_sim_accuracy import mean_lateness, sim_metrics
+from tests.simtruth import mean_lateness, sim_metrics
+
+pytestmark = pytest.mark.timing
 
 
 def test_windows_reproduce_a_ramp_and_the_steady_state_starts_at_its_end(start_sim: StartSim, tmp_path: Path) -> None:
