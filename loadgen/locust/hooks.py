@@ -10,6 +10,7 @@ import csv
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,9 @@ SHARE_MESSAGE = "loadgen-share"
 
 def _share(environment: Environment, msg: Any, **_: Any) -> None:
     """A worker told its share of the test starting: (its index, the workers' count)."""
-    STATE.new_share(int(msg.data["index"]), int(msg.data["count"]), int(msg.data["seed"]))
+    start = msg.data.get("start_epoch_ns")
+    STATE.new_share(int(msg.data["index"]), int(msg.data["count"]), int(msg.data["seed"]),
+                    int(start) if start is not None else None)
 
 
 def _worker_done(environment: Environment, msg: Any, **_: Any) -> None:
@@ -162,9 +165,10 @@ def _test_start(environment: Environment, **_: Any) -> None:
     if isinstance(runner, MasterRunner):
         # each worker's share of a dataset, before its users spawn (messages arrive in order)
         workers = sorted((c for c in runner.clients.all if c.state != "missing"), key=lambda c: c.id)
+        start = time.time_ns()  # the zero of a trace's or an open loop's schedule, on every worker
         for i, client in enumerate(workers):
-            runner.send_message(SHARE_MESSAGE, {"index": i, "count": len(workers), "seed": STATE.seed},
-                                client_id=client.id)
+            runner.send_message(SHARE_MESSAGE, {"index": i, "count": len(workers), "seed": STATE.seed,
+                                                "start_epoch_ns": start}, client_id=client.id)
         STATE.workers_in_test, STATE.workers_done, STATE.exhausted_said = len(workers), set(), False
     if not isinstance(runner, WorkerRunner):
         STATE.test_started()

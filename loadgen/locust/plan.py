@@ -7,12 +7,14 @@ uses them while it runs. Nothing here needs gevent or Locust.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
 
 from loadgen.errors import ScenarioError
+from loadgen.load.schedule import Arrivals, ramp_offsets
 from loadgen.report.summary import render_markdown
 from loadgen.results.cellstatus import AppliedUsers, CellStatus, SearchProbe, ServerInfo
 from loadgen.results.provenance import Provenance
@@ -22,7 +24,7 @@ from loadgen.results.summary import Summary
 from loadgen.scenario.matrix import expand_cells, points
 from loadgen.scenario.overrides import apply_overrides
 from loadgen.scenario.schema import Scenario
-from loadgen.scenario.shapes import Search
+from loadgen.scenario.shapes import Search, Stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,9 @@ class LocustPlan:
     step_s: float | None  # load.duration_s: how long each step lasts, when the scenario says
     # load.stages by concurrency: each step's own length (s), where the stages give them
     step_lengths: tuple[float, ...] = ()
+    # an open loop (load.rate, load.ramp_up, or stages at a rate): requests go out on a schedule
+    # shared by every process, the users (-u) the most in flight
+    open_loop: bool = False
 
     @property
     def search(self) -> Search | None:
@@ -62,21 +67,32 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
             f"{source}: load.search.by -> Locust users are closed-loop: search by concurrency (users), or "
             "search by rate with loadgen run"
         )
-    if any(r is not None for r in ld.rate):
+    rates = [r for r in ld.rate if r is not None]
+    if len(ld.rate) > 1:
         raise ScenarioError(
-            f"{source}: load.rate -> Locust users are closed-loop (each sends its next request when "
-            "the last one ends); remove load.rate and set users with -u or load.concurrency"
+            f"{source}: load.rate -> a Locust test runs one rate; pick one, e.g. --set load.rate={rates[0]:g}, "
+            "or sweep the rates with loadgen run"
         )
-    if ld.ramp_up is not None:
+    at_rate = [st.rate is not None for st in ld.stages]
+    if any(at_rate) and not all(at_rate):
         raise ScenarioError(
-            f"{source}: load.ramp_up -> a rate ramp is open loop, which Locust's closed-loop users cannot do: "
-            "use load.stages with a concurrency each (--shape), or loadgen run"
+            f"{source}: load.stages -> give every stage a rate (an open loop, its users set by -u), or every "
+            "stage a concurrency and no rate (users, run with --shape)"
         )
-    if any(st.rate is not None or st.concurrency is None for st in ld.stages):
+    if any(at_rate) and any(st.concurrency is not None for st in ld.stages):
         raise ScenarioError(
-            f"{source}: load.stages -> Locust users are closed-loop: give each stage a concurrency (users) and "
-            "no rate, and run it with --shape"
+            f"{source}: load.stages -> under Locust the users (-u) are the most in flight for the whole test: "
+            "drop the stages' concurrency"
         )
+    if rates or ld.ramp_up is not None or any(at_rate):
+        if ld.search is not None:
+            raise ScenarioError(f"{source}: load.search -> a search sets each probe's users itself: drop load.rate")
+        if w.multi_turn is not None or w.source == "trace":
+            raise ScenarioError(
+                f"{source}: load.rate -> {'sessions' if w.multi_turn is not None else 'a trace'} under Locust "
+                "keep their own pace: drop the rate, or run it with loadgen run"
+            )
+        return LocustPlan(scenario, w.input_tokens[0], w.output_tokens[0], (1,), None, open_loop=True)
     if ld.stages:
         return LocustPlan(scenario, w.input_tokens[0], w.output_tokens[0],
                           tuple(int(st.concurrency or 1) for st in ld.stages), None,
@@ -89,13 +105,44 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
     return LocustPlan(scenario, w.input_tokens[0], w.output_tokens[0], steps, ld.duration_s)
 
 
+def schedule(plan: LocustPlan, seed: int) -> tuple[Iterator[float], int | None] | None:
+    """An open loop's arrival offsets (seconds after the test's start), the same in every
+    process from the run's seed, and how many there are (None: endless, until the test ends):
+    a rate's endless schedule, a ramp's num_prompts requests, or the stages' rates back to back,
+    each for its duration. None for closed-loop users."""
+    if not plan.open_loop:
+        return None
+    ld = plan.scenario.load
+    arrivals = Arrivals(ld.rate[0], ld.arrival, ld.burstiness, seed)
+    if ld.ramp_up is not None:
+        r, count = ld.ramp_up, plan.scenario.workload.num_prompts
+        return iter(ramp_offsets(count, r.strategy, r.start_rate, r.end_rate, arrivals)), count
+    if ld.stages:
+        return _staged(ld.stages, arrivals, seed), None
+    return arrivals.offsets(), None
+
+
+def _staged(stages: tuple[Stage, ...], arrivals: Arrivals, seed: int) -> Iterator[float]:
+    """Each stage's arrivals at its rate, from the stage's start until its end (as loadgen run
+    draws them: the stage's own seed)."""
+    start = 0.0
+    for k, stage in enumerate(stages):
+        for offset in arrivals.at(stage.rate, seed + k).offsets():
+            if offset >= stage.duration_s:
+                break
+            yield start + offset
+        start += stage.duration_s
+
+
 def locust_scenario(plan: LocustPlan, users: tuple[int, ...]) -> Scenario:
     """The scenario a Locust run's directory holds: its concurrency is the users it ran with
     (each test's or step's peak); a search keeps its search (its probes are the cells)."""
     data = plan.scenario.model_dump(mode="json", exclude_unset=True)
     if plan.search is not None:
         return Scenario.model_validate(apply_overrides(data, [], {"load.warmup_requests": 0}))
-    data = apply_overrides(data, [], {"load.concurrency": list(users), "load.warmup_requests": 0, "load.stages": []})
+    # an open loop keeps its rate, ramp or stages at a rate; its users are its most in flight
+    stages = {} if plan.open_loop else {"load.stages": []}
+    data = apply_overrides(data, [], {"load.concurrency": list(users), "load.warmup_requests": 0, **stages})
     return Scenario.model_validate(data)
 
 

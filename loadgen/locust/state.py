@@ -106,6 +106,8 @@ class _State:
         # given to every worker, so that a trace's shared blocks are the same text everywhere
         self.seed = secrets.randbits(63)
         self.exhausted_said = False
+        # an open loop's arrivals sent late for want of a free user, this test, and whether said
+        self.late, self.late_said = 0, False
         # the master: the workers given a share of this test, and those whose share is all sent
         self.workers_in_test = 0
         self.workers_done: set[int] = set()
@@ -145,15 +147,20 @@ class _State:
                 self.model = self.bench.model
             return self.bench
 
-    def new_share(self, index: int, count: int, seed: int | None = None) -> None:
-        """A test starts: this process sends entries index, index + count, ... of a dataset
-        (``seed``: the master's, for a worker)."""
+    def new_share(self, index: int, count: int, seed: int | None = None, start_epoch_ns: int | None = None) -> None:
+        """A test starts: this process sends entries index, index + count, ... of a dataset,
+        and as many of an open loop's arrivals (``seed``: the master's, for a worker; and
+        ``start_epoch_ns``, the master's start of the test on the wall clock, the zero of the
+        schedule every worker shares)."""
         self.share = (index, count)
         if seed is not None and seed != self.seed:
             self.seed = seed
             self.bench = None  # made again with the run's seed
-        self.test_start_ns = time.perf_counter_ns()
+        # on this process's clock, as its records move onto the master's (by the wall-clock bases)
+        now_ns = time.perf_counter_ns()
+        self.test_start_ns = now_ns if start_epoch_ns is None else BASE_NS + start_epoch_ns - BASE_EPOCH_NS
         self.exhausted_said = False
+        self.late, self.late_said = 0, False
         if self.bench is not None:
             self.bench.share(index, count)
 
@@ -166,9 +173,8 @@ class _State:
         self.exhausted_said = True
         bench = self.bench
         sessions = bench is not None and bench.turns is not None
-        what = "session of the session file" if sessions else "entry of the dataset"
-        log.info("loadgen: every %s (%s) sent once in this test: the users stop", what,
-                 bench.entries if bench is not None else "?")
+        what, count = _what_is_done(bench)
+        log.info("loadgen: every %s (%s) sent once in this test: the users stop", what, count)
         runner = self.env.runner if self.env is not None else None
         if runner is not None and not isinstance(runner, (WorkerRunner, MasterRunner)):
             headless = bool(getattr(self.env.parsed_options, "headless", False)) if self.env is not None else False
@@ -180,7 +186,7 @@ class _State:
 
             gevent.spawn(finish)
         elif isinstance(runner, WorkerRunner):
-            entries = bench.entries if bench is not None else None
+            entries = count if isinstance(count, int) else None
             index = self.share[0]
 
             def tell_master() -> None:
@@ -203,11 +209,22 @@ class _State:
         if runner is None or len(self.workers_done) < self.workers_in_test or self.exhausted_said:
             return
         self.exhausted_said = True
-        what = "session of the session file" if sessions else "entry of the dataset"
+        what = "session of the session file" if sessions else "entry of the dataset or request of the schedule"
         log.info("loadgen: every %s (%s) sent once in this test by its %d workers: the test ends", what,
                  entries if entries is not None else "?", self.workers_in_test)
         headless = bool(getattr(self.env.parsed_options, "headless", False)) if self.env is not None else False
         gevent.spawn(runner.quit if headless else runner.stop)
+
+    def arrived_late(self, late_s: float) -> None:
+        """An open loop's arrival went out ``late_s`` after its time: every user was busy. Said
+        once a test, with the remedy; each record keeps its own time due and time sent."""
+        self.late += 1
+        if not self.late_said:
+            self.late_said = True
+            users = self.env.runner.user_count if self.env is not None and self.env.runner is not None else 0
+            log.warning("loadgen: a request went out %.0f ms after its time: all %d users of this process were "
+                        "busy, so the rate outruns them; raise -u (each user has one request in flight)",
+                        late_s * 1e3, users)
 
     def give_up(self, message: str) -> None:
         """Nothing can be sent (no server, no model): say it once and end the test."""
@@ -339,3 +356,15 @@ class _State:
 
 
 STATE = _State()
+
+
+def _what_is_done(bench: Workbench | None) -> tuple[str, int | str]:
+    """What a process has sent all of, and how many: sessions, a dataset's entries, or an open
+    loop's scheduled requests."""
+    if bench is None:
+        return "entry of the dataset", "?"
+    if bench.turns is not None:
+        return "session of the session file", bench.entries if bench.entries is not None else "?"
+    if bench.entries is None and bench.arrivals is not None:
+        return "request of the schedule", bench.arrivals
+    return "entry of the dataset", bench.entries if bench.entries is not None else "?"

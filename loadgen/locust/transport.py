@@ -10,6 +10,7 @@ import itertools
 import os
 import socket
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from loadgen.load.stamped import ANCILLARY, SO_TIMESTAMPNS, TIMESPEC, keep_stamp
 from loadgen.load.stream import StreamState, error_snippet
 from loadgen.load.target import pick_model
 from loadgen.locust.health import READS
-from loadgen.locust.plan import LocustPlan
+from loadgen.locust.plan import LocustPlan, schedule
 from loadgen.results.records import FailureClass
 from loadgen.scenario.matrix import Cell
 from loadgen.scenario.target import Timeouts
@@ -67,10 +68,20 @@ class Workbench:
     turns: Turns | None = None  # multi-turn sessions: each user runs whole sessions
     next_session: itertools.count[int] = field(default_factory=itertools.count)
     kernel_clock: bool = False  # the answers' bytes timed by the kernel's receive stamps (``clock_of``)
+    # an open loop: its schedule, made afresh for each test (``schedule``), and this process's
+    # share of the test's arrivals, (arrival number, offset) in order
+    schedule: Callable[[], tuple[Iterator[float], int | None] | None] = lambda: None
+    next_arrival: Iterator[tuple[int, float]] | None = None
+    arrivals: int | None = None  # the schedule's length (None: endless)
 
     def share(self, index: int, count: int) -> None:
-        """This process's share of a dataset for the test starting: entries index, index + count, ..."""
+        """This process's share of the test starting: a dataset's entries index, index + count,
+        ..., and as many of an open loop's arrivals, the rest going to the other processes."""
         self.next_entry = itertools.count(index, count)
+        made = self.schedule()
+        if made is not None:
+            offsets, self.arrivals = made
+            self.next_arrival = itertools.islice(enumerate(offsets), index, None, count)
 
 
 def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Workbench:
@@ -110,7 +121,7 @@ def build_workbench(plan: LocustPlan, host: str, seed: int, process: int) -> Wor
         entries = sources.session_count or (len(sources.trace) if sources.trace else len(sources.samples))
     return Workbench(base, url.request_uri, headers, t, model, pool, calibration, entries=entries,
                      offsets=tuple(row.offset_s for row in sources.trace) if sources is not None else (),
-                     turns=turns, kernel_clock=kernel)
+                     turns=turns, kernel_clock=kernel, schedule=lambda: schedule(plan, seed))
 
 
 # a test's hold on the core after each line of an event (as loadgen run's after each read)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import gevent
@@ -74,6 +75,7 @@ class LLMUser(User):
 
     def on_start(self) -> None:
         self.bench: Workbench | None = None
+        self.answered = False  # an open loop: this user has sent a request and been answered
         try:
             if self.host is None:
                 raise LoadgenError("--host: give the server's base URL, e.g. --host http://127.0.0.1:8000/v1")
@@ -110,6 +112,9 @@ class LLMUser(User):
                 raise StopUser()
             self.session(bench, bench.turns, s)
             return
+        if bench.next_arrival is not None:
+            self.arrive(bench, bench.next_arrival)
+            return
         if bench.entries is None:
             self.send(bench, bench.pool[next(bench.next_prompt)])  # a new prompt every time, never a repeat
             return
@@ -126,6 +131,31 @@ class LLMUser(User):
                 if wait > 0:
                     gevent.sleep(wait)
             self.send(bench, bench.pool[i], due_ns=due_ns)
+        finally:
+            STATE.in_flight -= 1
+
+    def arrive(self, bench: Workbench, arrivals: Iterator[tuple[int, float]]) -> None:
+        """An open loop: this user takes the process's next arrival, waits for its time and
+        sends it (a dataset's entry of that number, else a new prompt). An arrival already due
+        when a user that has just been answered takes it went out late for want of a free user."""
+        arrival = next(arrivals, None)
+        if arrival is None or (bench.entries is not None and arrival[0] >= bench.entries):
+            STATE.exhausted()
+            raise StopUser()
+        i, offset = arrival
+        STATE.in_flight += 1  # taken, so not done until answered
+        try:
+            due_ns = STATE.test_start_ns + int((TRACE_LEAD_S + offset) * 1e9)
+            wait = (due_ns - time.perf_counter_ns()) / 1e9
+            if wait > 0:
+                gevent.sleep(wait)
+            elif self.answered and -wait > LATE_S:
+                STATE.arrived_late(-wait)
+            if STATE.stopping:
+                return
+            self.send(bench, bench.pool[i] if bench.entries is not None else bench.pool[next(bench.next_prompt)],
+                      due_ns=due_ns)
+            self.answered = True
         finally:
             STATE.in_flight -= 1
 
@@ -186,9 +216,13 @@ class LLMUser(User):
         return record
 
 
-# a trace's first row is due this long after the test's start: time for the users to look up
-# the model and calibrate their text, so that no row is late for want of a ready user
+# a trace's first row (an open loop's first arrival) is due this long after the test's start:
+# time for the users to look up the model and calibrate their text, so that no row is late for
+# want of a ready user
 TRACE_LEAD_S = 1.0
+# an open loop's arrival this late when a free user takes it: the users ran out (a user woken on
+# time is within a millisecond or two of it)
+LATE_S = 0.010
 # users per second a search's probe starts with: all of them at once
 SPAWN_AT_ONCE = 1000.0
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from loadgen.engines import sglang, tgi, vllm
 from loadgen.engines.build import build_spec, engine_options, launch_spec
@@ -207,6 +208,37 @@ def test_locust_file_runs_loadgens_master_and_workers() -> None:
         assert plan.scenario.name == "chat"
     with pytest.raises(InterpolationError, match="TARGET: set TARGET"):
         load(DOCKER / "compose.locust.yaml", {"HOME": "/h"})
+
+
+def test_kubernetes_manifest_runs_loadgens_master_and_workers(tmp_path: Path) -> None:
+    """The master behind a Service its workers and the web UI reach, the workers pointed at it,
+    both reading the scenario from one ConfigMap: their command lines are ones `loadgen locust`
+    accepts, with this checkout's chat scenario as the ConfigMap's file."""
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all((DOCKER / "k8s" / "locust.yaml").read_text())}
+    service = docs[("Service", "loadgen-locust-master")]
+    deployments = [docs[("Deployment", "loadgen-locust-master")], docs[("Deployment", "loadgen-locust-worker")]]
+    for d in deployments:
+        assert d["spec"]["selector"]["matchLabels"] == d["spec"]["template"]["metadata"]["labels"]
+        assert d["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    master, worker = (d["spec"]["template"] for d in deployments)
+    assert service["spec"]["selector"] == master["metadata"]["labels"]
+    assert {p["port"] for p in service["spec"]["ports"]} == {5557, 8089}
+    m, w = master["spec"]["containers"][0], worker["spec"]["containers"][0]
+    assert {p["containerPort"] for p in m["ports"]} == {5557, 8089}
+    assert "--master-host=loadgen-locust-master" in w["args"]
+    assert "--master-port=5557" in w["args"]
+    env = {e["name"]: e["value"] for e in m["env"]}
+    (tmp_path / "scenario.yaml").write_bytes((ROOT / "scenarios" / "chat.yaml").read_bytes())
+    for pod, container in ((master, m), (worker, w)):
+        mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
+        config = next(v for v in pod["spec"]["volumes"] if v["name"] == "scenario")
+        assert config["configMap"]["name"] == "loadgen-scenario"
+        assert container["args"][0] == "locust"
+        args = [a.replace("$(TARGET)", env["TARGET"]).replace(mounts["scenario"] + "/", f"{tmp_path}/")
+                for a in container["args"][1:]]
+        args = [x for a in args for x in (a.split("=", 1) if a.startswith("--scenario=") else [a])]
+        _, plan = locust_command(args)
+        assert plan.scenario.name == "chat"
 
 
 def test_dockerfile_passes_hadolint() -> None:

@@ -3,6 +3,7 @@ and the locust command line ``loadgen locust`` builds."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from loadgen.errors import ScenarioError, UsageError
 from loadgen.load.stream import StreamState
 from loadgen.locust.cli import LOCUSTFILE, SHAPEFILE, locust_command
-from loadgen.locust.plan import CellClock, locust_scenario, plan_for, rebase
+from loadgen.locust.plan import CellClock, locust_scenario, plan_for, rebase, schedule
 from loadgen.locust.stats import CSV_COLUMNS, LiveStats, rows_csv
 from loadgen.results.cellstatus import AppliedUsers
 from loadgen.results.records import RequestRecord
@@ -47,17 +48,53 @@ def test_plan_of_the_chat_scenario() -> None:
 
 @pytest.mark.parametrize(("data", "field"), [
     ({"workload": {"input_tokens": [128, 256]}}, "workload.input_tokens"),
-    ({"load": {"rate": 4}}, "load.rate"),
+    ({"load": {"rate": [4, 8]}}, "load.rate"),
     ({"load": {"concurrency": "unlimited"}}, "load.concurrency"),
     ({"serve": {"backend": "sim"}, "matrix": {"serve.sim.ttft_ms": [10, 20]}}, "matrix"),
-    ({"load": {"stages": [{"duration_s": 5, "rate": 4}]}}, "load.stages"),
+    ({"load": {"stages": [{"duration_s": 5, "rate": 4}, {"duration_s": 5, "concurrency": 2}]}}, "load.stages"),
+    ({"load": {"stages": [{"duration_s": 5, "rate": 4, "concurrency": 2}]}}, "load.stages"),
     ({"load": {"search": {"by": "rate", "slo": {"ttft_ms": {"p99": 300}}}}}, "load.search.by"),
-    ({"load": {"ramp_up": {"strategy": "linear", "start_rate": 1, "end_rate": 4}}}, "load.ramp_up"),
+    ({"target": {"api": "chat"}, "workload": {"multi_turn": {"turns": 2}}, "load": {"rate": 2}}, "load.rate"),
 ])
 def test_plan_refuses_load_locust_cannot_apply(data: dict[str, object], field: str) -> None:
     with pytest.raises(ScenarioError) as exc:
         plan_for(parse_scenario(data), "x.yaml")
     assert str(exc.value).startswith(f"x.yaml: {field} -> ")
+
+
+def test_an_open_loop_is_one_schedule_shared_out_between_processes() -> None:
+    """A rate, a ramp or stages at a rate: one schedule from the run's seed, whose arrivals i,
+    i + n, ... go to process i of n; the run directory's scenario keeps the rate beside the
+    users (its most in flight)."""
+    plan = plan_for(parse_scenario({"load": {"rate": 10, "arrival": "constant"}}), "x.yaml")
+    assert plan.open_loop
+    made = schedule(plan, 7)
+    assert made is not None
+    assert made[1] is None
+    assert list(itertools.islice(made[0], 4)) == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    cell = expand_cells(locust_scenario(plan, (6,)))[0]
+    assert (cell.rate, cell.concurrency) == (10, 6)
+    # Poisson: the same seed, the same schedule in every process
+    poisson = plan_for(parse_scenario({"load": {"rate": 5}}), "x.yaml")
+    a, b = schedule(poisson, 3), schedule(poisson, 3)
+    assert a is not None
+    assert b is not None
+    assert list(itertools.islice(a[0], 50)) == list(itertools.islice(b[0], 50))
+    # a ramp: num_prompts arrivals, each gap at its request's rate (1, 2, 3 per second: 1/2, then 1/3)
+    ramp = plan_for(parse_scenario({"workload": {"num_prompts": 3}, "load": {
+        "arrival": "constant", "ramp_up": {"strategy": "linear", "start_rate": 1, "end_rate": 3}}}), "x.yaml")
+    made = schedule(ramp, 0)
+    assert made is not None
+    assert made[1] == 3
+    assert list(made[0]) == pytest.approx([0.0, 1 / 2, 1 / 2 + 1 / 3])
+    # stages at a rate, back to back: 2/s for 1 s, then 4/s for 1 s
+    staged = plan_for(parse_scenario({"load": {"arrival": "constant", "stages": [
+        {"duration_s": 1, "rate": 2}, {"duration_s": 1, "rate": 4}]}}), "x.yaml")
+    made = schedule(staged, 0)
+    assert made is not None
+    assert list(made[0]) == pytest.approx([0.0, 0.5, 1.0, 1.25, 1.5, 1.75])
+    closed = plan_for(parse_scenario({"load": {"concurrency": 4}}), "x.yaml")
+    assert schedule(closed, 0) is None
 
 
 def test_run_directory_scenario_holds_the_users_it_ran_with() -> None:
@@ -251,7 +288,7 @@ def test_locust_command_takes_the_host_from_the_scenario(tmp_path: Path) -> None
 @pytest.mark.parametrize(("args", "message"), [
     ([], "--scenario: give a loadgen scenario file"),
     (["--scenario", "{sc}"], "--host: give the server's base URL"),
-    (["--scenario", "{sc}", "--host", "x", "--set", "load.rate=2"], "load.rate -> Locust users are closed-loop"),
+    (["--scenario", "{sc}", "--host", "x", "--set", "load.rate=[2,4]"], "load.rate -> a Locust test runs one rate"),
     (["--scenario", "{sc}", "--host", "x", "-f", "mine.py"], "--shape uses loadgen's shape locustfile"),
 ])
 def test_locust_command_errors(args: list[str], message: str) -> None:
