@@ -25,8 +25,8 @@ import pytest
 
 from loadgen.engines.vllm import vllm_cpu_python
 from loadgen.servers.launch import free_port
-from tests.compose import load
 from tests.conftest import live_group_members
+from tests.helpers.compose import load
 
 pytestmark = pytest.mark.engines
 

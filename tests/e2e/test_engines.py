@@ -23,7 +23,7 @@ from loadgen.results.records import read_records
 from loadgen.servers.cpus import cores_text
 from loadgen.servers.leftovers import sweep_stale
 from tests.conftest import live_group_members
-from tests.leftovers import engine_shared_memory, left_of, scratch_dirs
+from tests.helpers.leftovers import engine_shared_memory, left_of, scratch_dirs
 
 ROOT = Path(__file__).parents[2]
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.load.run import execute
 from loadgen.scenario.loader import parse_scenario
-from tests.browser import browser_fixture, console_errors, keep_screenshots
 from tests.conftest import StartSim
+from tests.helpers.browser import browser_fixture, console_errors, keep_screenshots
 
 pytestmark = pytest.mark.browser
 

@@ -16,8 +16,8 @@ import pytest
 
 from loadgen.results.records import read_records
 from loadgen.servers.launch import free_port
-from tests.browser import browser_fixture, console_errors, keep_screenshots, wait_for
 from tests.conftest import StartSim
+from tests.helpers.browser import browser_fixture, console_errors, keep_screenshots, wait_for
 
 pytestmark = pytest.mark.browser
 

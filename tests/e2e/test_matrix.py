@@ -13,7 +13,7 @@ import pytest
 from loadgen.results.records import read_records
 from loadgen.results.rundir import rebuild_summary
 from tests.e2e.test_engines import engine_gone, loadgen, popen, scenario
-from tests.reference import parse_grid
+from tests.helpers.reference import parse_grid
 
 GRID = """
 name: grid

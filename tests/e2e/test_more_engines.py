@@ -17,7 +17,7 @@ import pytest
 from loadgen.results.records import read_records
 from tests.conftest import live_group_members
 from tests.e2e.test_engines import ROOT, assert_exact_usage, chunks_read_in_compiled_code, loadgen, popen, scenario
-from tests.leftovers import engine_shared_memory, left_of
+from tests.helpers.leftovers import engine_shared_memory, left_of
 
 pytestmark = pytest.mark.engines
 

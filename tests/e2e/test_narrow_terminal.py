@@ -12,7 +12,7 @@ import pytest
 from loadgen.engines.catalogue import load_catalogue
 from loadgen.engines.listing import engines
 from tests.conftest import StartSim
-from tests.terminal import in_terminal
+from tests.helpers.terminal import in_terminal
 
 
 def _lines_fit(text: str, columns: int) -> None:

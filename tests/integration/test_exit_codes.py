@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import StartSim
-from tests.rawserver import MODELS_ANSWER, RawServer, is_models
+from tests.helpers.rawserver import MODELS_ANSWER, RawServer, is_models
 
 ROOT = Path(__file__).parents[2]
 

@@ -23,7 +23,7 @@ from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.redact import dump_scenario
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim
-from tests.rawserver import MODELS_ANSWER, RawServer, is_models
+from tests.helpers.rawserver import MODELS_ANSWER, RawServer, is_models
 
 ROOT = Path(__file__).parents[2]
 

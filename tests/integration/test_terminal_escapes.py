@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.rawserver import RawServer
+from tests.helpers.rawserver import RawServer
 
 ROOT = Path(__file__).parents[2]
 MODEL = "m\x1b]0;pwned\x07\x1b[2J"  # sets the window title, clears the screen

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.results.records import RequestRecord, read_records
 from tests.conftest import StartSim
+from tests.helpers.simtruth import sim_metrics
 from tests.integration.report.test_llmd import reports
-from tests.simtruth import sim_metrics
 
 TOOLS = [{"type": "function", "function": {
     "name": "search_flights", "description": "flights to a city",

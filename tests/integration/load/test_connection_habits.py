@@ -20,7 +20,7 @@ import yaml
 from loadgen.load.run import execute
 from loadgen.results.records import read_records
 from loadgen.scenario.loader import parse_scenario
-from tests.rawserver import MODELS, RawServer, is_models
+from tests.helpers.rawserver import MODELS, RawServer, is_models
 
 ROOT = Path(__file__).parents[3]
 TOKENS = 12

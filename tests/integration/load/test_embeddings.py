@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.results.records import read_records
 from tests.conftest import StartSim
-from tests.rawserver import MODELS_ANSWER, RawServer, is_models
-from tests.simtruth import sim_metrics
+from tests.helpers.rawserver import MODELS_ANSWER, RawServer, is_models
+from tests.helpers.simtruth import sim_metrics
 
 
 def run(path: Path, base_url: str, out: Path) -> dict:

@@ -19,7 +19,7 @@ from loadgen.load import sse
 from loadgen.load.connection import STARVE_ENV
 from loadgen.results.records import RequestRecord, read_records
 from tests.conftest import StartSim
-from tests.simtruth import sim_metrics
+from tests.helpers.simtruth import sim_metrics
 
 pytestmark = pytest.mark.timing
 

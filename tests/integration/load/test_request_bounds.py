@@ -16,7 +16,7 @@ from loadgen.results.rundir import rebuild_summary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.target import default_total_s
 from tests.conftest import StartSim
-from tests.rawserver import MODELS_ANSWER, RawServer, is_models
+from tests.helpers.rawserver import MODELS_ANSWER, RawServer, is_models
 
 TOKEN = b'data: {"choices": [{"index": 0, "text": " a", "finish_reason": null}]}\n\n'
 

@@ -15,8 +15,8 @@ from loadgen.cli import app
 from loadgen.load.stream import NOT_RESPONSES
 from loadgen.results.records import read_records
 from tests.conftest import StartSim
-from tests.rawserver import MODELS_ANSWER, RawServer, is_models
-from tests.simtruth import mean_lateness, sim_metrics
+from tests.helpers.rawserver import MODELS_ANSWER, RawServer, is_models
+from tests.helpers.simtruth import mean_lateness, sim_metrics
 
 
 @pytest.mark.timing

@@ -13,7 +13,7 @@ import pytest
 
 from loadgen.results.records import read_records
 from tests.conftest import CpuHog, StartSim
-from tests.integration.load.test_workers import run, scenario
+from tests.helpers.runs import run, scenario
 
 
 @pytest.mark.alone

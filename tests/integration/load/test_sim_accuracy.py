@@ -12,7 +12,7 @@ from loadgen.load.run import execute
 from loadgen.results.records import read_records
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import CpuHog, StartSim
-from tests.simtruth import mean_lateness, sim_metrics
+from tests.helpers.simtruth import mean_lateness, sim_metrics
 
 pytestmark = pytest.mark.timing
 

@@ -28,7 +28,7 @@ from loadgen.scenario.matrix import Cell
 from loadgen.servers.launch import free_port
 from loadgen.servers.tiny import ensure_tiny
 from tests.conftest import StartSim, live_group_members
-from tests.rawserver import MODELS_ANSWER, RawServer, is_models
+from tests.helpers.rawserver import MODELS_ANSWER, RawServer, is_models
 
 ROOT = Path(__file__).parents[3]
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from loadgen.cli import app
 from loadgen.results.records import read_records
 from tests.conftest import StartSim
-from tests.simtruth import sim_metrics
+from tests.helpers.simtruth import sim_metrics
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "the weather in a city",

@@ -17,7 +17,7 @@ from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.rundir import PROVENANCE, RECORDS
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import StartSim
-from tests.simtruth import mean_lateness, sim_metrics
+from tests.helpers.simtruth import mean_lateness, sim_metrics
 
 
 def measured(run_dir: Path) -> list[RequestRecord]:

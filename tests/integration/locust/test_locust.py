@@ -14,51 +14,17 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-import yaml
 
 from loadgen.results.records import read_records
 from loadgen.results.rundir import SUMMARY, rebuild_summary
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
+from tests.helpers.locust import OUTPUT, headless, locust, write_scenario
+from tests.helpers.simtruth import sim_requests
 
 pytestmark = pytest.mark.locust
 
 TTFT_MS, ITL_MS = 50.0, 10.0
-OUTPUT = 32
-
-
-def sim_requests(base_url: str) -> int:
-    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", trust_env=False).text
-    values = dict(line.split() for line in text.splitlines() if line and line[0] != "#")
-    return int(float(values["loadgen_sim_requests_total"]))
-
-
-def write_scenario(path: Path, **sections: object) -> Path:
-    data: dict[str, object] = {
-        "name": "locust",
-        "target": {"api": "completions"},
-        "workload": {"num_prompts": 50, "input_tokens": 64, "output_tokens": OUTPUT},
-    }
-    data.update(sections)
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def locust(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen", "locust", *args],
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )
-
-
-def headless(scenario: Path, base_url: str, tmp_path: Path, users: int, run_time: str, stop_timeout: int
-             ) -> subprocess.CompletedProcess[str]:
-    """`loadgen locust` headless with CSVs at tmp_path/stats and loadgen's run directory at tmp_path/run."""
-    return locust(
-        "--scenario", str(scenario), "--host", base_url, "--headless", "-u", str(users), "-r", str(users),
-        "-t", run_time, "--stop-timeout", str(stop_timeout), "--csv", str(tmp_path / "stats"),
-        "--out", str(tmp_path / "run"), "--only-summary",
-    )
 
 
 def stats_rows(prefix: Path) -> dict[str, dict[str, str]]:

@@ -11,8 +11,9 @@ import pytest
 from loadgen.load.connection import STARVE_ENV
 from loadgen.results.records import RequestRecord, read_records
 from tests.conftest import StartSim
-from tests.integration.load.test_kernel_clock import itl_ms, sim_metrics
-from tests.integration.locust.test_locust import headless, write_scenario
+from tests.helpers.locust import headless, write_scenario
+from tests.helpers.simtruth import sim_metrics
+from tests.integration.load.test_kernel_clock import itl_ms
 
 pytestmark = [pytest.mark.locust, pytest.mark.timing]
 
@@ -80,7 +81,7 @@ def test_a_busy_locust_user_keeps_the_true_itl_with_kernel_stamps_and_not_withou
 
 
 def test_kernel_stamps_asked_of_an_https_target_are_one_line(tmp_path: Path) -> None:
-    from tests.integration.locust.test_locust import locust
+    from tests.helpers.locust import locust
 
     scenario = write_scenario(tmp_path / "s.yaml", load={"clock": "kernel"})
     run = locust("--scenario", str(scenario), "--host", "https://127.0.0.1:9/v1", "--headless", "-u", "1",
@@ -127,7 +128,7 @@ def test_locust_and_loadgen_run_agree_within_2_ms(start_sim: StartSim, tmp_path:
     from typer.testing import CliRunner
 
     from loadgen.cli import app
-    from tests.integration.locust.test_locust import locust
+    from tests.helpers.locust import locust
 
     base_url = start_sim(ttft_ms=50, itl_ms=10)
     scenario = write_scenario(tmp_path / "s.yaml", workload={"num_prompts": users * 6, "input_tokens": 32,

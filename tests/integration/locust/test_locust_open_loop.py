@@ -15,7 +15,8 @@ from loadgen.load.schedule import Arrivals, ramp_offsets
 from loadgen.results.records import RequestRecord, read_records
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim
-from tests.integration.locust.test_locust import locust, sim_requests, write_scenario
+from tests.helpers.locust import locust, write_scenario
+from tests.helpers.simtruth import sim_requests
 
 pytestmark = pytest.mark.locust
 

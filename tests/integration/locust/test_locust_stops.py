@@ -20,7 +20,7 @@ import yaml
 
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
-from tests.rawserver import RawServer
+from tests.helpers.rawserver import RawServer
 
 pytestmark = pytest.mark.locust
 

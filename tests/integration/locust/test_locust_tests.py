@@ -22,7 +22,7 @@ import yaml
 from loadgen.results.records import read_records
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
-from tests.integration.locust.test_locust import sim_requests
+from tests.helpers.simtruth import sim_requests
 
 pytestmark = pytest.mark.locust
 

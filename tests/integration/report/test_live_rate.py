@@ -12,7 +12,7 @@ from loadgen.report.progress import LiveRate
 from loadgen.results.records import read_records
 from loadgen.scenario.loader import parse_scenario
 from tests.conftest import StartSim
-from tests.simtruth import sim_metrics
+from tests.helpers.simtruth import sim_metrics
 
 pytestmark = pytest.mark.timing
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 
 from tests.conftest import CpuHog, StartSim
-from tests.integration.load.test_workers import run, scenario
+from tests.helpers.runs import run, scenario
 
 ROOT = Path(__file__).parents[3]
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from loadgen.cli import app
 from tests.conftest import StartSim
-from tests.simtruth import mean_lateness, sim_metrics
+from tests.helpers.simtruth import mean_lateness, sim_metrics
 
 pytestmark = pytest.mark.timing
 

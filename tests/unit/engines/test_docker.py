@@ -23,7 +23,7 @@ from loadgen.engines import sglang, tgi, vllm
 from loadgen.engines.build import build_spec, engine_options, launch_spec
 from loadgen.engines.containers import container_argv, container_run
 from loadgen.locust.cli import locust_command
-from tests.compose import InterpolationError, interpolate, load, schema_errors
+from tests.helpers.compose import InterpolationError, interpolate, load, schema_errors
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKER = ROOT / "docker"

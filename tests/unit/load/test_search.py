@@ -14,7 +14,7 @@ from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import expand_cells, search_lines
 from loadgen.scenario.overrides import search_overrides
 from loadgen.scenario.shapes import Search
-from tests.unit.results.test_capacity import rec
+from tests.helpers.records import steady_rec as rec
 
 
 class Stops:

@@ -14,7 +14,7 @@ from loadgen.report.layouts import (
     throughput_table,
 )
 from loadgen.report.tables import Table, render_md, render_rst
-from tests.reference import document, grid_tables, parse_grid, speed_tables
+from tests.helpers.reference import document, grid_tables, parse_grid, speed_tables
 
 
 def _speed_rows(parsed, extra: str | None) -> list[SpeedRow]:

@@ -13,7 +13,7 @@ from loadgen.results.metrics import summarize
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import expand_cells
-from tests.unit.results.test_metrics import rec
+from tests.helpers.records import rec
 
 
 def test_the_bar_shows_ttft_and_ends_on_the_cells_figures() -> None:

@@ -13,23 +13,9 @@ from loadgen.results.capacity import broken, capacity_of, goodput_count, next_va
 from loadgen.results.cellstatus import ServerInfo
 from loadgen.results.clienthealth import ClientHealth
 from loadgen.results.probe import ProbeResult
-from loadgen.results.records import RequestRecord
 from loadgen.results.summary import CellSummary
 from loadgen.scenario.shapes import Search, SearchSlo
-
-
-def rec(ttft_ms: float, tpot_ms: float = 10.0, tokens: int = 11, ok: bool = True, i: int = 0) -> RequestRecord:
-    """A request sent at 0 whose tokens came at TTFT, then every TPOT (the chunks' times say so)."""
-    first = ttft_ms / 1e3
-    last = first + (tokens - 1) * tpot_ms / 1e3
-    return RequestRecord(
-        cell=0, request_id=i, warmup=False, scheduled_at=0.0, sent_at=0.0,
-        first_token_at=first if ok else None, last_token_at=last if ok else None, done_at=last if ok else 0.5,
-        input_tokens=8, max_tokens=tokens, prompt_tokens=8, output_tokens=tokens if ok else 0,
-        token_count_source="usage", chunk_tokens_total=tokens if ok else 0,
-        chunk_offsets_s=tuple(first + k * tpot_ms / 1e3 for k in range(tokens)) if ok else (),
-        chunk_tokens=(1,) * tokens if ok else (), status=200 if ok else 503, error=None if ok else "http_503",
-    )
+from tests.helpers.records import steady_rec as rec
 
 
 def search(by: str = "concurrency", **slo: object) -> Search:

@@ -6,22 +6,8 @@ import math
 import pytest
 
 from loadgen.results.metrics import distribution, in_flight, itl_values, summarize
-from loadgen.results.records import RequestRecord
 from loadgen.scenario.schema import Slo
-
-
-def rec(i: int, sent: float, offsets: tuple[float, ...], tokens: tuple[int, ...], done: float, **kw: object) -> RequestRecord:
-    out = sum(tokens)
-    fields: dict[str, object] = dict(
-        request_id=i, cell=0, warmup=False, scheduled_at=sent, sent_at=sent,
-        first_token_at=sent + offsets[0] if offsets else None,
-        last_token_at=sent + offsets[-1] if offsets else None, done_at=done,
-        input_tokens=10, max_tokens=out, prompt_tokens=10, output_tokens=out,
-        token_count_source="usage", chunk_tokens_total=out,
-        chunk_offsets_s=offsets, chunk_tokens=tokens,
-    )
-    fields.update(kw)
-    return RequestRecord(**fields)  # type: ignore[arg-type]
+from tests.helpers.records import rec
 
 
 def test_distribution_against_hand_computed_values() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.results.windows import MAX_WINDOWS, steady_run, steady_state, time_windows, window_width
-from tests.unit.results.test_metrics import rec
+from tests.helpers.records import rec
 
 # r0 sent at 0, tokens at 0.1, 0.3, 0.6, done at 1; r1 sent at 1, tokens at 1.2 and 2.2 (two),
 # done at 3; r2 sent at 1.5, a token at 1.6, done at 3; r3 sent at 2, a token at 2.5, done at 3

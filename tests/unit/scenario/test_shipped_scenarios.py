@@ -12,7 +12,7 @@ from loadgen.load.serving import engine_spec, spec_summary
 from loadgen.report.layouts import QUANT_LABELS, model_label
 from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.matrix import expand_cells, search_lines
-from tests.reference import document, grid_tables, parse_grid, speed_tables
+from tests.helpers.reference import document, grid_tables, parse_grid, speed_tables
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 

@@ -16,3 +16,8 @@ def mean_lateness(sim: dict[str, float]) -> float:
     """The simulator's own lateness (its chunks' mean, s) from its /metrics: how far a busy
     machine put it off its schedule, the allowance of the timing checks."""
     return sim["loadgen_sim_chunk_lateness_seconds_sum"] / sim["loadgen_sim_chunk_lateness_seconds_count"]
+
+
+def sim_requests(base_url: str) -> int:
+    """The requests the simulator has been sent, by its own count."""
+    return int(sim_metrics(base_url)["loadgen_sim_requests_total"])

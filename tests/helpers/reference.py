@@ -9,7 +9,7 @@ from pathlib import Path
 
 from loadgen.report.tables import Merge
 
-REFERENCE = Path(__file__).resolve().parent / "data" / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference"
 
 
 def document(prefix: str) -> str:
