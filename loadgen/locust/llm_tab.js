@@ -180,6 +180,7 @@
       ["Input / output", `${s.input_tokens} / ${s.output_tokens} tokens, ${s.prompts} prompts`],
     ];
     if (s.steps && s.steps.length > 1) rows.push(["Shape steps", `${s.steps.join(", ")} users`]);
+    if (s.arrivals) rows.push(["Arrivals", s.arrivals]);
     for (const [k, v] of rows) {
       const line = document.createElement("div");
       const key = document.createElement("strong");

@@ -134,6 +134,21 @@ def _staged(stages: tuple[Stage, ...], arrivals: Arrivals, seed: int) -> Iterato
         start += stage.duration_s
 
 
+def arrivals_in_words(plan: LocustPlan) -> str | None:
+    """An open loop's schedule as the start page says it (None: closed-loop users)."""
+    if not plan.open_loop:
+        return None
+    ld = plan.scenario.load
+    if ld.ramp_up is not None:
+        r, count = ld.ramp_up, plan.scenario.workload.num_prompts
+        what = f"ramp-up {r.start_rate:g} to {r.end_rate:g}/s over {count} requests"
+    elif ld.stages:
+        what = ", ".join(f"{st.rate:g}/s for {st.duration_s:g} s" for st in ld.stages if st.rate is not None)
+    else:
+        what = f"{ld.rate[0]:g}/s"
+    return f"{what} ({ld.arrival}); each user has one request in flight"
+
+
 def locust_scenario(plan: LocustPlan, users: tuple[int, ...]) -> Scenario:
     """The scenario a Locust run's directory holds: its concurrency is the users it ran with
     (each test's or step's peak); a search keeps its search (its probes are the cells)."""

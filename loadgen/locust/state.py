@@ -21,7 +21,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadgen.data import Unchecked
-from loadgen.locust.plan import CellClock, LocustPlan, RunDirSink, plan_for, rebase
+from loadgen.locust.plan import CellClock, LocustPlan, RunDirSink, arrivals_in_words, plan_for, rebase
 from loadgen.locust.stats import LiveStats, Row
 from loadgen.locust.transport import Workbench, build_workbench
 from loadgen.results.cellstatus import AppliedUsers
@@ -352,6 +352,7 @@ class _State:
             # the concurrency steps run only under the shape (loadgen locust --shape)
             "steps": list(self.plan.steps) if self.env is not None and self.env.shape_class is not None else [],
             "step_s": self.plan.step_s,
+            "arrivals": arrivals_in_words(self.plan),
         }
 
 
@@ -368,3 +369,4 @@ def _what_is_done(bench: Workbench | None) -> tuple[str, int | str]:
     if bench.entries is None and bench.arrivals is not None:
         return "request of the schedule", bench.arrivals
     return "entry of the dataset", bench.entries if bench.entries is not None else "?"
+

@@ -12,7 +12,7 @@ import pytest
 from loadgen.errors import ScenarioError, UsageError
 from loadgen.load.stream import StreamState
 from loadgen.locust.cli import LOCUSTFILE, SHAPEFILE, locust_command
-from loadgen.locust.plan import CellClock, locust_scenario, plan_for, rebase, schedule
+from loadgen.locust.plan import CellClock, arrivals_in_words, locust_scenario, plan_for, rebase, schedule
 from loadgen.locust.stats import CSV_COLUMNS, LiveStats, rows_csv
 from loadgen.results.cellstatus import AppliedUsers
 from loadgen.results.records import RequestRecord
@@ -95,6 +95,11 @@ def test_an_open_loop_is_one_schedule_shared_out_between_processes() -> None:
     assert list(made[0]) == pytest.approx([0.0, 0.5, 1.0, 1.25, 1.5, 1.75])
     closed = plan_for(parse_scenario({"load": {"concurrency": 4}}), "x.yaml")
     assert schedule(closed, 0) is None
+    # as the web UI's start page says them
+    assert arrivals_in_words(plan) == "10/s (constant); each user has one request in flight"
+    assert arrivals_in_words(ramp).startswith("ramp-up 1 to 3/s over 3 requests (constant)")
+    assert arrivals_in_words(staged).startswith("2/s for 1 s, 4/s for 1 s (constant)")
+    assert arrivals_in_words(closed) is None
 
 
 def test_run_directory_scenario_holds_the_users_it_ran_with() -> None:
