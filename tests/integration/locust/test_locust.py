@@ -161,6 +161,7 @@ def test_shape_runs_the_concurrency_steps_as_cells_with_calibrated_chat(start_si
     assert sim_requests(base_url) == len(records) + 2
 
 
+@pytest.mark.timing
 def test_failures_are_reported_in_loadgen_classes(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
     scenario = write_scenario(tmp_path / "s.yaml", target={"timeouts": {"first_token_s": 0.02}})
