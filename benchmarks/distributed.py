@@ -118,7 +118,7 @@ def main() -> None:
                             unrecorded = 0
                         truth = server_truth("fastsim", base_url) or {}
                         ideal = c * OUTPUT / ((TTFT_MS + (OUTPUT - 1) * ITL_MS) / 1e3)
-                        row = {"client": client, "concurrency": c, "processes": n, **fig, "ideal_tokens_per_s": ideal,
+                        row = {**fig, "client": client, "concurrency": c, "processes": n, "ideal_tokens_per_s": ideal,
                                "lost": int(truth.get("requests", 0)) - unrecorded - sent, "true": truth}
                         for m in ("ttft", "itl"):
                             if fig.get(f"{m}_p99") is not None and truth.get(f"{m}_ms", {}).get("count"):
