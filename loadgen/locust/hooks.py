@@ -20,7 +20,6 @@ from locust import __version__ as locust_version
 from locust import events
 from locust.argument_parser import LocustArgumentParser
 from locust.env import Environment
-from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
@@ -75,7 +74,6 @@ def _init(environment: Environment, **_: Any) -> None:
         return
     if isinstance(environment.runner, MasterRunner):
         environment.runner.register_message(DONE_MESSAGE, _worker_done)
-        _quit_after_final_reports(environment.runner)
     out = getattr(opts, "loadgen_out", None)
     if out:
         assert STATE.plan is not None
@@ -247,10 +245,7 @@ def _sample_charts(environment: Environment) -> None:
 @events.report_to_master.add_listener
 def _report_to_master(client_id: str, data: Unchecked) -> None:
     # data: Locust's report, whose other keys are Locust's and its plugins'
-    runner = STATE.env.runner if STATE.env is not None else None
-    final = runner is not None and runner.state == "stopped" and runner.user_count == 0
-    data["loadgen"] = WorkerReport(STATE.pending, BASE_EPOCH_NS, STATE.model, STATE.pending_samples,
-                                   final).to_dict()
+    data["loadgen"] = WorkerReport(STATE.pending, BASE_EPOCH_NS, STATE.model, STATE.pending_samples).to_dict()
     STATE.pending, STATE.pending_samples = [], []
 
 
@@ -260,38 +255,7 @@ def _worker_report(client_id: str, data: Unchecked) -> None:
     payload = data.get("loadgen")
     if payload is None or env is None or not isinstance(env.runner, MasterRunner):
         return
-    report = WorkerReport.from_dict(payload)
-    STATE.merge(env.runner.get_worker_index(client_id) + 1, report)
-    if report.final and STATE.awaiting_final is not None:
-        STATE.awaiting_final.discard(client_id)
-
-
-# the longest a quitting master waits for each worker's final report
-FINAL_REPORT_S = 15.0
-
-
-def _quit_after_final_reports(runner: MasterRunner) -> None:
-    """The master quits as Locust's does (its test stopped, a quit to each worker), then waits
-    for each worker's report sent once its users stopped, at most ``FINAL_REPORT_S``, where
-    Locust waits a fixed 0.5 s: a worker stopping hundreds of users on a busy machine took
-    longer, and their records (the requests in flight at the stop, as cancelled, and the last
-    answers) never reached the run directory, 386 of 875 requests once."""
-
-    def quit_after_reports() -> None:
-        runner.stop(send_stop_to_client=False)
-        workers = list(runner.clients.all)
-        STATE.awaiting_final = {c.id for c in workers if c.state != "missing"}
-        for client in workers:
-            runner.server.send_to_client(Message("quit", None, client.id))
-        deadline = time.monotonic() + FINAL_REPORT_S
-        while STATE.awaiting_final and time.monotonic() < deadline:
-            gevent.sleep(0.05)
-        if STATE.awaiting_final:
-            log.warning("loadgen: %d worker(s) sent no final report within %g s: the records they had not "
-                        "reported are missing from the run directory", len(STATE.awaiting_final), FINAL_REPORT_S)
-        runner.greenlet.kill(block=True)
-
-    runner.quit = quit_after_reports  # type: ignore[method-assign]
+    STATE.merge(env.runner.get_worker_index(client_id) + 1, WorkerReport.from_dict(payload))
 
 
 @events.reset_stats.add_listener
