@@ -149,7 +149,9 @@ def _share(environment: Environment, msg: Any, **_: Any) -> None:
 
 def _worker_done(environment: Environment, msg: Any, **_: Any) -> None:
     """A worker's share of the dataset is all sent and answered."""
-    STATE.worker_done(int(msg.data["index"]), msg.data.get("entries"), bool(msg.data.get("sessions")))
+    what = msg.data.get("what")
+    STATE.worker_done(int(msg.data["index"]), msg.data.get("entries"), bool(msg.data.get("sessions")),
+                      str(what) if what else None)
 
 
 def _fail(message: str) -> None:

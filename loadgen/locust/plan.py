@@ -156,7 +156,7 @@ def locust_scenario(plan: LocustPlan, users: tuple[int, ...]) -> Scenario:
     if plan.search is not None:
         return Scenario.model_validate(apply_overrides(data, [], {"load.warmup_requests": 0}))
     # an open loop keeps its rate, ramp or stages at a rate; its users are its most in flight
-    stages = {} if plan.open_loop else {"load.stages": []}
+    stages: dict[str, object] = {} if plan.open_loop else {"load.stages": []}
     data = apply_overrides(data, [], {"load.concurrency": list(users), "load.warmup_requests": 0, **stages})
     return Scenario.model_validate(data)
 

@@ -197,11 +197,12 @@ class _State:
                 # the workers' final reports, which a slow machine missed (a test with every
                 # record lost)
                 runner._send_stats()
-                runner.send_message(DONE_MESSAGE, {"index": index, "entries": entries, "sessions": sessions})
+                runner.send_message(DONE_MESSAGE, {"index": index, "entries": entries, "sessions": sessions,
+                                                   "what": what})
 
             gevent.spawn(tell_master)
 
-    def worker_done(self, index: int, entries: int | None, sessions: bool) -> None:
+    def worker_done(self, index: int, entries: int | None, sessions: bool, what: str | None = None) -> None:
         """The master: a worker's share of the dataset is all sent and answered; once every
         worker's is, the test ends (headless: Locust quits; the web UI: the test stops)."""
         self.workers_done.add(index)
@@ -209,7 +210,7 @@ class _State:
         if runner is None or len(self.workers_done) < self.workers_in_test or self.exhausted_said:
             return
         self.exhausted_said = True
-        what = "session of the session file" if sessions else "entry of the dataset or request of the schedule"
+        what = what or ("session of the session file" if sessions else "entry of the dataset")
         log.info("loadgen: every %s (%s) sent once in this test by its %d workers: the test ends", what,
                  entries if entries is not None else "?", self.workers_in_test)
         headless = bool(getattr(self.env.parsed_options, "headless", False)) if self.env is not None else False
