@@ -180,7 +180,8 @@ def test_failures_are_reported_in_loadgen_classes(start_sim: StartSim, tmp_path:
     ]
     # each timed out at the 20 ms first-token deadline (never earlier), before the 50 ms first token
     assert float(rows["E2E"]["Min Response Time"]) >= 20
-    assert 20 <= float(rows["E2E"]["Median Response Time"]) <= 25
+    # (and before the 50 ms first token: a busy CI machine read 28 to 32 ms at the median)
+    assert 20 <= float(rows["E2E"]["Median Response Time"]) <= 45
     summary = orjson.loads((tmp_path / "run" / SUMMARY).read_bytes())
     assert summary["cells"][0]["metrics"]["failures_by_class"] == {"timeout": failed}
 
