@@ -143,6 +143,7 @@ class LLMUser(User):
             STATE.exhausted()
             raise StopUser()
         i, offset = arrival
+        taken_ns = time.perf_counter_ns()  # a user free for it: past its due time, the wait for one
         STATE.in_flight += 1  # taken, so not done until answered
         try:
             due_ns = STATE.test_start_ns + int((TRACE_LEAD_S + offset) * 1e9)
@@ -154,7 +155,7 @@ class LLMUser(User):
             if STATE.stopping:
                 return
             self.send(bench, bench.pool[i] if bench.entries is not None else bench.pool[next(bench.next_prompt)],
-                      due_ns=due_ns)
+                      due_ns=due_ns, slot_ns=taken_ns)
             self.answered = True
         finally:
             STATE.in_flight -= 1
@@ -179,9 +180,12 @@ class LLMUser(User):
             STATE.in_flight -= 1
 
     def send(self, bench: Workbench, req: PreparedRequest, answer: Answer | None = None,
-             due_ns: int | None = None) -> RequestRecord | None:
+             due_ns: int | None = None, slot_ns: int | None = None) -> RequestRecord | None:
         """One streamed request, reported to Locust and recorded; ``answer`` collects its text;
-        ``due_ns``: when it was due (a trace's row), its record's scheduled time."""
+        ``due_ns``: when it was due (a trace's row, an open loop's arrival), its record's
+        scheduled time; ``slot_ns``: when a user was free to send it (an open loop), so that
+        the wait for a free user is its record's slot wait, as a concurrency slot's in
+        loadgen run, and not the client's send lag."""
         request_id = next(STATE.request_ids)
         t = bench.timeouts
         total = t.total_s if t.total_s is not None else default_total_s(req.max_tokens)
@@ -196,7 +200,8 @@ class LLMUser(User):
                 self.http, bench.path, req.body, bench.headers, bench.timeouts, st)
         except gevent.GreenletExit:
             if st.sent_ns:
-                STATE.take(st.record(req, request_id, due_ns or st.sent_ns, BASE_NS, "cancelled", "run stopped"))
+                STATE.take(st.record(req, request_id, due_ns or st.sent_ns, BASE_NS, "cancelled", "run stopped",
+                                     slot_ns=slot_ns))
             raise
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the request sent is on record
             error, detail, body_bytes = "malformed", f"{type(exc).__name__}: {str(exc)[:200]}", 0
@@ -209,7 +214,7 @@ class LLMUser(User):
             bench.headers["Connection"] = "close"
             log.info("loadgen: the server closes its connections after each answer: every request "
                      "from here on opens a new connection, and its TTFT includes the connect")
-        record = st.record(req, request_id, due_ns or st.sent_ns, BASE_NS, error, detail)
+        record = st.record(req, request_id, due_ns or st.sent_ns, BASE_NS, error, detail, slot_ns=slot_ns)
         end = st.done_ns or time.perf_counter_ns()
         report(self.environment, record, (end - st.sent_ns) / 1e6, body_bytes)
         STATE.take(record)

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -15,6 +14,7 @@ import pytest
 from loadgen.results.records import read_records
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim
+from tests.helpers.rundirs import wait_for_records
 
 ROOT = Path(__file__).parents[2]
 
@@ -136,9 +136,7 @@ def test_sigint_mid_run_keeps_every_measured_record(start_sim: StartSim, tmp_pat
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     records = run_dir / "records.jsonl"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 2000):
-        time.sleep(0.1)
+    wait_for_records(run_dir, 2000, timeout_s=30)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr

@@ -20,6 +20,7 @@ from loadgen.results.rundir import SUMMARY, rebuild_summary
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
 from tests.helpers.locust import OUTPUT, headless, locust, write_scenario
+from tests.helpers.rundirs import wait_for_records
 from tests.helpers.simtruth import sim_requests
 
 pytestmark = pytest.mark.locust
@@ -219,9 +220,7 @@ def test_sigterm_to_loadgen_stops_locust_and_keeps_the_run(start_sim: StartSim, 
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     records = run_dir / "records.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 5000):
-        time.sleep(0.2)
+    wait_for_records(run_dir, 5000)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     # Locust's own SIGTERM handling ends the test and writes what it measured

@@ -73,6 +73,12 @@ def test_too_few_users_for_the_rate_are_said_and_the_arrivals_go_late(start_sim:
     late = [(r.sent_at or 0.0) - (r.scheduled_at or 0.0) for r in done]
     assert late[-1] > 0.5  # falling further behind: 3 s of 40/s due, half of it sent
     assert all(b >= a - 0.005 for a, b in zip(late, late[1:], strict=False))
+    # the wait is for a free user, as a closed loop's for a slot, not the client's send lag: the
+    # self-check's send lag is the rest, milliseconds (it read 3.3 s before the wait was a slot's)
+    assert done[-1].slot_wait_s > 0.5
+    assert max((r.sent_at or 0.0) - (r.scheduled_at or 0.0) - r.slot_wait_s for r in done) < 0.05
+    client = json.loads((tmp_path / "run" / "summary.json").read_text())["cells"][0]["client"]
+    assert client["send_lag_ms"]["p99"] < 50
 
 
 def test_a_ramp_is_sent_at_its_rates_and_ends_the_test(start_sim: StartSim, tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import yaml
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
 from tests.helpers.rawserver import RawServer
+from tests.helpers.rundirs import wait_for_records
 
 pytestmark = pytest.mark.locust
 
@@ -44,10 +44,7 @@ def _locust_measuring(url: str, tmp_path: Path, users: int, min_bytes: int, extr
          "-u", str(users), "-r", str(users), "-t", "10m", "--out", str(run_dir), "--only-summary", *extra],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen,
     )
-    records = run_dir / "records.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < min_bytes):
-        time.sleep(0.1)
+    wait_for_records(run_dir, min_bytes)
     assert proc.poll() is None, proc.communicate()
     return proc, run_dir
 

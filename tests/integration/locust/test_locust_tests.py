@@ -22,6 +22,7 @@ import yaml
 from loadgen.results.records import read_records
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
+from tests.helpers.rundirs import wait_for_records
 from tests.helpers.simtruth import sim_requests
 
 pytestmark = pytest.mark.locust
@@ -461,10 +462,7 @@ def test_timeout_around_a_headless_run_leaves_a_run_directory_report_reads(start
     )
     # `timeout` runs out once records are coming: its alarm, which is how its time ends (a fixed
     # 10 s ran out before Locust had started on a busy machine, leaving no run directory)
-    records = run_dir / "records.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not records.exists() or records.stat().st_size < 2000):
-        time.sleep(0.1)
+    wait_for_records(run_dir, 2000, timeout_s=120)
     proc.send_signal(signal.SIGALRM)
     try:
         _, err = proc.communicate(timeout=60)
