@@ -156,4 +156,8 @@ class ClientMonitor:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+            if self._hogs is not None:
+                # a window shorter than two intervals ends while its sampler still looks: without
+                # its answer the verdict says 'starved' and names no one
+                self._hogs.join(HOG_WINDOW_S * 4)
             self._flush(time.perf_counter())

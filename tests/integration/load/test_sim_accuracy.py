@@ -71,7 +71,8 @@ def test_figures_match_the_configured_truth(
     assert m["completed"] == prompts
     assert m["failed"] == 0
     errors = accuracy(m, cell["client"], sim)
-    assert all(error <= bound for error, bound in errors.values()), errors
+    health = {k: cell["client"][k] for k in ("verdict", "hogs", "reads", "coalesced_reads", "loop_lag_ms")}
+    assert all(error <= bound for error, bound in errors.values()), (errors, health)
     assert m["output_tokens_total"] == prompts * output
     assert m["prompt_tokens_total"] == prompts * 64
     assert m["prompt_tokens_mismatched"] == 0
