@@ -63,15 +63,19 @@ class WorkerReport:
     model: str | None
     # its self-check's readings since the last report: {"at": its clock's seconds, "reading": ...}
     samples: list[Unchecked] = field(default_factory=list)
+    # sent with its users stopped: every record of its test is in this report or an earlier one
+    final: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {"records": self.records, "base_epoch_ns": self.base_epoch_ns, "model": self.model,
-                "samples": self.samples}
+                "samples": self.samples, "final": self.final}
 
     @classmethod
     def from_dict(cls, data: Unchecked) -> WorkerReport:
         return cls(list(data["records"]), int(data["base_epoch_ns"]), data.get("model"),
-                   list(data.get("samples") or []))
+                   list(data.get("samples") or []), bool(data.get("final")))
+
+
 # the master sees a worker's records this late (Locust's worker report interval)
 REPORT_LAG_S = 3.0
 
@@ -119,6 +123,8 @@ class _State:
         # the run so far, over every test: the LLM tab shows it under the test's figures
         self.run_totals: dict[str, int] = {"tests": 0, "requests": 0, "output_tokens": 0}
         self.probe_records: list[RequestRecord] = []
+        # the master quitting: the workers whose final report (their users stopped) it waits for
+        self.awaiting_final: set[str] | None = None
         self.model: str | None = None
         self.closed = False
         self.failed = False
