@@ -27,7 +27,7 @@ def test_a_window_that_ends_while_the_busy_processes_are_sampled_still_names_the
         monitor.start()
         end = time.perf_counter() + selfcheck.INTERVAL_S + 0.05
         while time.perf_counter() < end:
-            time.sleep(0.02)  # the loop held without using the CPU: 20 ms late timers
+            time.sleep(0.02)  # noqa: ASYNC251 - the loop held on purpose, without using the CPU: 20 ms late timers
             await asyncio.sleep(0)
         monitor.stop()
 
