@@ -79,6 +79,7 @@ def _init(environment: Environment, **_: Any) -> None:
     if isinstance(environment.runner, MasterRunner):
         environment.runner.register_message(DONE_MESSAGE, _worker_done)
         _quit_after_final_reports(environment.runner)
+        gevent.spawn(_watch_workers, environment.runner)
     out = getattr(opts, "loadgen_out", None)
     if out:
         assert STATE.plan is not None
@@ -239,7 +240,7 @@ def _test_stop(environment: Environment, **_: Any) -> None:
         return
     try:
         STATE.sink.snapshot(STATE.applied(), interrupted=False, server=_server(environment),
-                            probes=tuple(STATE.probes))
+                            probes=tuple(STATE.probes), lost=STATE.workers_lost)
         log.info("loadgen: run directory %s updated (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
     except (LoadgenError, OSError) as exc:
         log.error("loadgen: could not write the run directory's summary: %s", exc)
@@ -279,7 +280,9 @@ def _worker_report(client_id: str, data: Unchecked) -> None:
     if payload is None or env is None or not isinstance(env.runner, MasterRunner):
         return
     report = WorkerReport.from_dict(payload)
-    STATE.merge(env.runner.get_worker_index(client_id) + 1, report)
+    index = env.runner.get_worker_index(client_id) + 1
+    STATE.last_report[index] = (now_s(), int(data.get("user_count") or 0))
+    STATE.merge(index, report)
     if report.final and STATE.awaiting_final is not None:
         STATE.awaiting_final.discard(client_id)
 
@@ -323,6 +326,13 @@ def _quit_after_final_reports(runner: MasterRunner) -> None:
     runner.quit = quit_after_reports  # type: ignore[method-assign]
 
 
+def _watch_workers(runner: MasterRunner) -> None:
+    """The master, every second: workers Locust found missing (``State.look_for_lost_workers``)."""
+    while True:
+        gevent.sleep(1.0)
+        STATE.look_for_lost_workers(runner)
+
+
 @events.reset_stats.add_listener
 def _reset_stats(**_: Any) -> None:
     STATE.live.reset()
@@ -356,7 +366,7 @@ def _quit(**_: Any) -> None:
         )
         STATE.cells.close(now_s())
         STATE.sink.close(STATE.applied(), interrupted=_stopped(), server=_server(environment),
-                         probes=tuple(STATE.probes))
+                         probes=tuple(STATE.probes), lost=STATE.workers_lost)
         log.info("loadgen: run directory %s (loadgen report %s)", STATE.sink.run_dir, STATE.sink.run_dir)
 
 

@@ -7,7 +7,7 @@ uses them while it runs. Nothing here needs gevent or Locust.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,7 +16,7 @@ import orjson
 from loadgen.errors import ScenarioError
 from loadgen.load.schedule import Arrivals, ramp_offsets
 from loadgen.report.summary import render_markdown
-from loadgen.results.cellstatus import AppliedUsers, CellStatus, SearchProbe, ServerInfo
+from loadgen.results.cellstatus import AppliedUsers, CellStatus, LostWorker, SearchProbe, ServerInfo
 from loadgen.results.provenance import Provenance
 from loadgen.results.records import RECORD_TIMES, RequestRecord
 from loadgen.results.rundir import RunDirWriter, build_summary_from_dir
@@ -248,10 +248,12 @@ class RunDirSink:
         self.cells_seen.add(record.cell)
 
     def snapshot(self, users: list[AppliedUsers], *, interrupted: bool, server: ServerInfo,
-                 probes: tuple[float, ...] = ()) -> Summary:
+                 probes: tuple[float, ...] = (), lost: Mapping[int, Sequence[LostWorker]] | None = None) -> Summary:
         """Write the scenario, cell statuses, summary and report of what was recorded so far
         (at each stop of the test, and at the end); returns the summary. ``users``: each
-        cell's users as they ran (a cell's concurrency is its peak)."""
+        cell's users as they ran (a cell's concurrency is its peak); ``lost``: the workers
+        found missing, by cell."""
+        lost = lost or {}
         scenario = locust_scenario(self.plan, tuple(max(u.peak, 1) for u in users) or (1,))
         self.out.write_scenario(scenario)
         if self.plan.search is not None:  # a search's cells are its probes, each at its users
@@ -259,11 +261,13 @@ class RunDirSink:
                 if index in self.cells_seen:
                     applied = users[index] if index < len(users) else None
                     self.out.cells.write(CellStatus(index, "done", server=server, users=applied,
-                                                    probe=SearchProbe(0, value)))
+                                                    probe=SearchProbe(0, value),
+                                                    workers_lost=tuple(lost.get(index, ()))))
         for cell in expand_cells(scenario):
             if cell.index in self.cells_seen:  # the last status line of a cell is the one read
                 applied = users[cell.index] if cell.index < len(users) else None
-                self.out.cells.write(CellStatus(cell.index, "done", server=server, users=applied))
+                self.out.cells.write(CellStatus(cell.index, "done", server=server, users=applied,
+                                                workers_lost=tuple(lost.get(cell.index, ()))))
         self.provenance.ended()
         self.out.write_provenance(self.provenance)
         summary = replace(build_summary_from_dir(self.run_dir, scenario), interrupted=interrupted)
@@ -271,8 +275,8 @@ class RunDirSink:
         return summary
 
     def close(self, users: list[AppliedUsers], *, interrupted: bool, server: ServerInfo,
-              probes: tuple[float, ...] = ()) -> Summary:
+              probes: tuple[float, ...] = (), lost: Mapping[int, Sequence[LostWorker]] | None = None) -> Summary:
         """The last snapshot, then the files closed and the directory's lock released."""
-        summary = self.snapshot(users, interrupted=interrupted, server=server, probes=probes)
+        summary = self.snapshot(users, interrupted=interrupted, server=server, probes=probes, lost=lost)
         self.out.close()
         return summary

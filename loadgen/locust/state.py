@@ -24,7 +24,7 @@ from loadgen.data import Unchecked
 from loadgen.locust.plan import CellClock, LocustPlan, RunDirSink, arrivals_in_words, plan_for, rebase
 from loadgen.locust.stats import LiveStats, Row
 from loadgen.locust.transport import Workbench, build_workbench
-from loadgen.results.cellstatus import AppliedUsers
+from loadgen.results.cellstatus import AppliedUsers, LostWorker
 from loadgen.results.readings import ClientReading
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.loader import load_scenario
@@ -125,6 +125,10 @@ class _State:
         self.probe_records: list[RequestRecord] = []
         # the master quitting: the workers whose final report (their users stopped) it waits for
         self.awaiting_final: set[str] | None = None
+        # the master: each worker's last report (when, its users), those found missing, by cell
+        self.last_report: dict[int, tuple[float, int]] = {}
+        self.workers_lost: dict[int, list[LostWorker]] = {}
+        self.test_at = 0.0  # the test's start on the run's clock
         self.model: str | None = None
         self.closed = False
         self.failed = False
@@ -270,7 +274,8 @@ class _State:
         """A test starts (the web UI's form, the API, headless, a new step of the shape): a cell
         of its own, and the LLM tab's figures from zero, as Locust's own."""
         users = self.env.runner.user_count if self.env is not None and self.env.runner is not None else 0
-        self.cells.open(now_s(), users, new_test=True)
+        self.test_at = now_s()
+        self.cells.open(self.test_at, users, new_test=True)
         self.run_totals["tests"] += 1
         self.live.reset()
         self.peak_users = users
@@ -324,6 +329,22 @@ class _State:
             for sample in report.samples:
                 reading = replace(ClientReading.from_dict(sample["reading"]), worker=worker)
                 self.sink.out.samples.write(self.cells.cell_of(float(sample["at"]) + shift), reading)
+
+    def look_for_lost_workers(self, runner: MasterRunner) -> None:
+        """The master: a worker Locust marked missing (no heartbeat for its 3 s: the process
+        killed, its machine gone) is said once, in the log and as its cell's warning: the
+        records it had not reported are lost with it."""
+        said = {w.node for lost in self.workers_lost.values() for w in lost}
+        for client in list(runner.clients.all):
+            if client.state != "missing" or client.id in said:
+                continue
+            at = now_s()
+            index = runner.get_worker_index(client.id) + 1
+            last = self.last_report.get(index)
+            lost = LostWorker(index, str(client.id), round(at - self.test_at, 3), last[1] if last else 0,
+                              round(at - last[0], 3) if last else None)
+            self.workers_lost.setdefault(self.cells.cell_of(at), []).append(lost)
+            log.warning("loadgen: %s", lost.warning())
 
     def rows(self, users: int | None = None) -> list[Row]:
         """The LLM table of the test running (or the last one); per user of the users running

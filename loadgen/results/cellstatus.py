@@ -106,6 +106,31 @@ class AppliedUsers:
 
 
 @dataclass(frozen=True, slots=True)
+class LostWorker:
+    """A Locust worker that stopped answering its master's heartbeats during the cell (its
+    process killed, its machine gone): the records it had not yet reported are not in the run."""
+
+    worker: int  # its index in the run's records (from 1)
+    node: str  # Locust's id of it
+    at_s: float  # when the master found it missing, in seconds into the Locust test
+    users: int  # its users at its last report
+    unreported_s: float | None  # from its last report to then (None: it never reported)
+
+    def warning(self) -> str:
+        since = ("it never reported" if self.unreported_s is None
+                 else f"its last report came {self.unreported_s:.1f} s before")
+        return (f"worker {self.worker} ({self.node}, {self.users} users) stopped answering its master "
+                f"{self.at_s:.1f} s into the test ({since}): the requests it sent since its last report "
+                "have no record, and the cell's figures count only what it reported; the other workers went on")
+
+    @classmethod
+    def from_dict(cls, data: Unchecked) -> LostWorker:
+        unreported = data.get("unreported_s")
+        return cls(int(data["worker"]), str(data["node"]), float(data["at_s"]), int(data["users"]),
+                   None if unreported is None else float(unreported))
+
+
+@dataclass(frozen=True, slots=True)
 class CellStatus:
     """One line of ``cells.jsonl``: how a cell ended, on which server."""
 
@@ -123,6 +148,7 @@ class CellStatus:
     # measured requests of the cell whose record could not be written (a full or read-only disk)
     records_lost: int = 0
     users: AppliedUsers | None = None  # a Locust test's users as they ran
+    workers_lost: tuple[LostWorker, ...] = ()  # Locust workers gone during the cell
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"cell": self.cell, "status": self.status}
@@ -137,6 +163,8 @@ class CellStatus:
                 out[name] = value
         if self.records_lost:
             out["records_lost"] = self.records_lost
+        if self.workers_lost:
+            out["workers_lost"] = [asdict(w) for w in self.workers_lost]
         return out
 
     @classmethod
@@ -150,4 +178,5 @@ class CellStatus:
             if isinstance(early, dict) else None,
             template_tokens=data.get("template_tokens"), cache_reset=data.get("cache_reset"),
             records_lost=int(data.get("records_lost") or 0), users=AppliedUsers.from_dict(data.get("users")),
+            workers_lost=tuple(LostWorker.from_dict(w) for w in data.get("workers_lost") or ()),
         )

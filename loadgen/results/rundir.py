@@ -152,6 +152,7 @@ def cell_summary(
             f"concurrency {cell.concurrency} was set, but at most {ran} requests were in flight{why}: the "
             f"cell's figures are those of a closed loop of {ran}, and its label and charts say so"
         )
+    warnings += [lost.warning() for lost in status.workers_lost]
     cores = engine_cores([s.values for s in samples.get(ENGINE_CORES, []) if isinstance(s.values, EngineCoreReading)])
     if cores is not None and (said := cores.warning()) is not None:
         warnings.append(said)

@@ -7,6 +7,7 @@ import itertools
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from loadgen.errors import ScenarioError, UsageError
@@ -14,7 +15,7 @@ from loadgen.load.stream import StreamState
 from loadgen.locust.cli import LOCUSTFILE, SHAPEFILE, locust_command
 from loadgen.locust.plan import CellClock, arrivals_in_words, locust_scenario, plan_for, rebase, schedule
 from loadgen.locust.stats import CSV_COLUMNS, LiveStats, rows_csv
-from loadgen.results.cellstatus import AppliedUsers
+from loadgen.results.cellstatus import AppliedUsers, CellStatus, LostWorker, ServerInfo
 from loadgen.results.records import RequestRecord
 from loadgen.scenario.loader import parse_scenario
 from loadgen.scenario.matrix import expand_cells
@@ -343,3 +344,18 @@ def test_a_kind_of_failure_is_one_row_whatever_ids_its_messages_carry() -> None:
 def test_the_csv_and_the_tab_name_the_whole_test_alike() -> None:
     assert ("output_tok_s", "Output tok/s (whole test)") in CSV_COLUMNS
     assert not any("whole run" in label for _, label in CSV_COLUMNS)
+
+
+def test_a_lost_worker_rides_its_cells_status_line_and_becomes_its_warning() -> None:
+    lost = LostWorker(worker=2, node="host_ab12", at_s=8.04, users=4, unreported_s=5.84)
+    status = CellStatus(0, "done", server=ServerInfo(), workers_lost=(lost,))
+    line = orjson.loads(orjson.dumps(status.to_dict()))
+    assert line["workers_lost"] == [{"worker": 2, "node": "host_ab12", "at_s": 8.04, "users": 4, "unreported_s": 5.84}]
+    assert CellStatus.from_dict(line) == status
+    assert lost.warning().startswith("worker 2 (host_ab12, 4 users) stopped answering its master 8.0 s into the "
+                                     "test (its last report came 5.8 s before)")
+    never = LostWorker(worker=1, node="h", at_s=3.0, users=0, unreported_s=None)
+    assert "(it never reported)" in never.warning()
+    # a status line of a run without a lost worker (or from before) has none
+    assert CellStatus.from_dict({"cell": 0, "status": "done"}).workers_lost == ()
+    assert "workers_lost" not in CellStatus(0, "done").to_dict()
