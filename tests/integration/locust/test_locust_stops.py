@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
+from loadgen.results.records import read_records
 from loadgen.servers.launch import free_port
 from tests.conftest import StartSim, live_group_members
 from tests.helpers.rawserver import RawServer
 from tests.helpers.rundirs import wait_for_records
+from tests.helpers.simtruth import sim_requests
 
 pytestmark = pytest.mark.locust
 
@@ -49,9 +51,11 @@ def _locust_measuring(url: str, tmp_path: Path, users: int, min_bytes: int, extr
     return proc, run_dir
 
 
-def _assert_ended_interrupted(proc: subprocess.Popen[str], err: str, run_dir: Path) -> None:
+def _assert_ended_interrupted(proc: subprocess.Popen[str], err: str, run_dir: Path, url: str,
+                              processes: int = 1) -> None:
     """Exit 130, no traceback, no process left, the run directory finished and labelled
-    interrupted, its summary counting every ok record."""
+    interrupted, its summary counting every ok record, and every request the server was sent
+    on record (those in flight at the stop as cancelled)."""
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err, err[-3000:]
     assert live_group_members(proc.pid) == []
@@ -61,6 +65,8 @@ def _assert_ended_interrupted(proc: subprocess.Popen[str], err: str, run_dir: Pa
     completed = summary["cells"][0]["metrics"]["completed"]
     lines = (run_dir / "records.jsonl").read_bytes().splitlines()
     assert completed == sum(1 for line in lines if b'"error":null' in line) > 0
+    sent = [r for r in read_records(run_dir / "records.jsonl") if r.sent_at is not None]
+    assert len(sent) == sim_requests(url) - 2 * processes  # each process calibrated its text with 2
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
@@ -74,11 +80,12 @@ def test_a_stop_ends_locust_and_labels_the_run_interrupted(start_sim: StartSim, 
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"{sig.name} did not stop loadgen locust")
-    _assert_ended_interrupted(proc, err, run_dir)
+    _assert_ended_interrupted(proc, err, run_dir, url)
 
 
 @pytest.mark.parametrize(("sig", "processes"), [(signal.SIGINT, 2), (signal.SIGTERM, 2), (signal.SIGHUP, 2),
-                                             (signal.SIGHUP, 1)], ids=["INT-2", "TERM-2", "HUP-2", "HUP-1"])
+                                             (signal.SIGHUP, 1), (signal.SIGINT, 4)],
+                         ids=["INT-2", "TERM-2", "HUP-2", "HUP-1", "INT-4"])
 def test_a_stop_to_the_whole_group_ends_locust_once(start_sim: StartSim, tmp_path: Path, sig: signal.Signals,
                                                     processes: int) -> None:
     """Ctrl-C, `timeout` and a closed terminal signal loadgen and Locust (and Locust's worker
@@ -96,7 +103,7 @@ def test_a_stop_to_the_whole_group_ends_locust_once(start_sim: StartSim, tmp_pat
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"{sig.name} to the group did not stop loadgen locust")
-    _assert_ended_interrupted(proc, err, run_dir)
+    _assert_ended_interrupted(proc, err, run_dir, url, processes)
 
 
 class Endless(RawServer):

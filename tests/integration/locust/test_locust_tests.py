@@ -49,16 +49,17 @@ def wait_for(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
             time.sleep(0.2)
 
 
-def web_ui(base_url: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path, Path]:
+def web_ui(base_url: str, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, Path, Path]:
     """``loadgen locust`` with its web UI on a free port, run directory tmp_path/run, ready for
-    a test: the process, the UI's URL, the run directory and the log."""
+    a test: the process, the UI's URL, the run directory and the log; ``extra``: more of
+    Locust's options."""
     port = free_port("127.0.0.1")
     ui_url = f"http://127.0.0.1:{port}"
     run_dir, log = tmp_path / "run", tmp_path / "locust.log"
     with log.open("w") as out:
         ui = subprocess.Popen(
             [sys.executable, "-m", "loadgen", "locust", "--scenario", str(scenario_file(tmp_path)), "--host",
-             base_url, "--web-port", str(port), "--out", str(run_dir)],
+             base_url, "--web-port", str(port), "--out", str(run_dir), *extra],
             stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
         )
     try:
@@ -158,6 +159,42 @@ def test_two_tests_from_the_web_ui_are_two_cells_and_the_report_renders(start_si
     assert f"<tr><th>Requests</th><td>{per_cell[1]}</td></tr>" in block
     assert "<th>TTFT</th>" in block
     assert report.count("</body>") == 2  # the page's, and the one in Locust's chart code
+
+
+def test_two_tests_from_the_web_ui_over_two_processes_keep_every_request(start_sim: StartSim,
+                                                                          tmp_path: Path) -> None:
+    """The web UI's START and STOP twice with the users in two worker processes: every request
+    the server was sent is on record, in its test's cell, those cut by STOP as cancelled."""
+    base_url = start_sim(ttft_ms=5, itl_ms=5)
+    ui, ui_url, run_dir, log = web_ui(base_url, tmp_path, "--processes", "2",
+                                      "--master-bind-port", str(free_port("127.0.0.1")))
+    try:
+        deadline = time.monotonic() + 60
+        while len(httpx.get(ui_url + "/stats/requests", timeout=10, trust_env=False).json().get("workers", [])) < 2:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        for users in (4, 2):
+            started = httpx.post(ui_url + "/swarm", data={"user_count": users, "spawn_rate": users, "host": base_url},
+                                 timeout=10, trust_env=False)
+            assert started.status_code == 200, started.text
+            time.sleep(3)
+            httpx.post(ui_url + "/stop", timeout=10, trust_env=False)
+            deadline = time.monotonic() + 30
+            while httpx.get(ui_url + "/stats/requests", timeout=10, trust_env=False).json()["state"] != "stopped":
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+    finally:
+        ui.send_signal(signal.SIGTERM)
+        ui.wait(60)
+    assert live_group_members(ui.pid) == []
+    cells = json.loads((run_dir / "summary.json").read_text())["cells"]
+    every = [r for r in read_records(run_dir / "records.jsonl") if r.sent_at is not None]
+    assert len(cells) == 2
+    assert len(every) == sim_requests(base_url) - 2 * 2  # each worker calibrated its text with 2
+    assert {r.worker for r in every} == {1, 2}
+    per_cell = [sum(1 for r in every if r.cell == i and r.error != "cancelled") for i in (0, 1)]
+    assert [c["metrics"]["completed"] for c in cells] == per_cell
+    assert all(n > 0 for n in per_cell)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sighup", "timeout"])
