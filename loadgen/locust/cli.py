@@ -73,6 +73,8 @@ def locust_command(args: list[str], *, shape: bool = False, out: Path | None = N
         raise UsageError("--shape uses loadgen's shape locustfile; drop -f, or add ScenarioSteps to your own file")
     if plan.search is not None and not shape and not opts.worker:
         raise UsageError(f"{opts.scenario}: load.search -> add --shape: the shape sets each probe's users")
+    if plan.repeats > 1 and not shape and not opts.worker:
+        raise UsageError(f"{opts.scenario}: load.repeats -> add --shape: the shape runs each step's repeats")
     if plan.step_lengths and not shape and not opts.worker:
         raise UsageError(f"{opts.scenario}: load.stages -> add --shape: the shape runs the stages")
     args = _host_without_userinfo(args)

@@ -269,7 +269,7 @@ def _report_to_master(client_id: str, data: Unchecked) -> None:
     runner = STATE.env.runner if STATE.env is not None else None
     final = runner is not None and runner.user_count == 0
     data["loadgen"] = WorkerReport(STATE.pending, BASE_EPOCH_NS, STATE.model, STATE.pending_samples,
-                                   final).to_dict()
+                                   final, STATE.sent).to_dict()
     STATE.pending, STATE.pending_samples = [], []
 
 
@@ -361,9 +361,10 @@ def _quit(**_: Any) -> None:
         Path(f"{csv_prefix}_llm.csv").write_text(rows_csv(rows))
     if STATE.sink is not None and STATE.plan is not None:
         STATE.sink.provenance.served_model(STATE.model)
-        STATE.sink.provenance.note(
-            workers=environment.runner.worker_count if isinstance(environment.runner, MasterRunner) else 0
-        )
+        runner = environment.runner
+        STATE.sink.provenance.note(workers=runner.worker_count if isinstance(runner, MasterRunner) else 0)
+        if isinstance(runner, MasterRunner):  # by worker: the requests it sent, by its own count, and those on record
+            STATE.sink.provenance.note(requests_by_worker=STATE.requests_by_worker())
         STATE.cells.close(now_s())
         STATE.sink.close(STATE.applied(), interrupted=_stopped(), server=_server(environment),
                          probes=tuple(STATE.probes), lost=STATE.workers_lost)

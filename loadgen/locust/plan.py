@@ -41,6 +41,10 @@ class LocustPlan:
     # an open loop (load.rate, load.ramp_up, or stages at a rate): requests go out on a schedule
     # shared by every process, the users (-u) the most in flight
     open_loop: bool = False
+    # load.repeats: each step runs this many times, each a cell, after a pause of cooldown_s
+    # with no user (before each repeat after the first)
+    repeats: int = 1
+    cooldown_s: float = 0.0
 
     @property
     def search(self) -> Search | None:
@@ -84,6 +88,11 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
             f"{source}: load.stages -> under Locust the users (-u) are the most in flight for the whole test: "
             "drop the stages' concurrency"
         )
+    if ld.repeats > 1 and (rates or ld.ramp_up is not None or ld.stages):
+        raise ScenarioError(
+            f"{source}: load.repeats -> under Locust each step of users repeats; an open loop or stages run "
+            "once a test: drop load.repeats, or run the repeats with loadgen run"
+        )
     if rates or ld.ramp_up is not None or any(at_rate):
         if ld.search is not None:
             raise ScenarioError(f"{source}: load.search -> a search sets each probe's users itself: drop load.rate")
@@ -102,7 +111,23 @@ def plan_for(scenario: Scenario, source: str) -> LocustPlan:
         raise ScenarioError(
             f"{source}: load.concurrency -> 'unlimited' is not a number of Locust users; give numbers"
         )
-    return LocustPlan(scenario, w.input_tokens[0], w.output_tokens[0], steps, ld.duration_s)
+    return LocustPlan(scenario, w.input_tokens[0], w.output_tokens[0], steps, ld.duration_s,
+                      repeats=ld.repeats, cooldown_s=ld.cooldown_s)
+
+
+def segments(plan: LocustPlan, step_s: float) -> tuple[tuple[int, float, bool], ...]:
+    """The shape's timeline: (users, seconds, whether it is a cell) back to back: each step
+    (``step_s`` long, or its stage's length), each step's repeats in turn, and before each
+    repeat after the first a cooldown with no user, which is no cell."""
+    if plan.step_lengths:
+        return tuple((users, length, True) for users, length in zip(plan.steps, plan.step_lengths, strict=True))
+    out: list[tuple[int, float, bool]] = []
+    for users in plan.steps:
+        for k in range(plan.repeats):
+            if k and plan.cooldown_s > 0:
+                out.append((0, plan.cooldown_s, False))
+            out.append((users, step_s, True))
+    return tuple(out)
 
 
 def schedule(plan: LocustPlan, seed: int) -> tuple[Iterator[float], int | None] | None:
@@ -157,7 +182,9 @@ def locust_scenario(plan: LocustPlan, users: tuple[int, ...]) -> Scenario:
         return Scenario.model_validate(apply_overrides(data, [], {"load.warmup_requests": 0}))
     # an open loop keeps its rate, ramp or stages at a rate; its users are its most in flight
     stages: dict[str, object] = {} if plan.open_loop else {"load.stages": []}
-    data = apply_overrides(data, [], {"load.concurrency": list(users), "load.warmup_requests": 0, **stages})
+    # repeats: the cells are each step's repeats in turn, as loadgen run's (labelled by the first's users)
+    steps = list(users[::plan.repeats]) if plan.repeats > 1 else list(users)
+    data = apply_overrides(data, [], {"load.concurrency": steps, "load.warmup_requests": 0, **stages})
     return Scenario.model_validate(data)
 
 

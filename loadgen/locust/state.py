@@ -65,15 +65,16 @@ class WorkerReport:
     samples: list[Unchecked] = field(default_factory=list)
     # sent with its users stopped: every record of its test is in this report or an earlier one
     final: bool = False
+    sent: int = 0  # the requests its users have sent in the run so far
 
     def to_dict(self) -> dict[str, object]:
         return {"records": self.records, "base_epoch_ns": self.base_epoch_ns, "model": self.model,
-                "samples": self.samples, "final": self.final}
+                "samples": self.samples, "final": self.final, "sent": self.sent}
 
     @classmethod
     def from_dict(cls, data: Unchecked) -> WorkerReport:
         return cls(list(data["records"]), int(data["base_epoch_ns"]), data.get("model"),
-                   list(data.get("samples") or []), bool(data.get("final")))
+                   list(data.get("samples") or []), bool(data.get("final")), int(data.get("sent") or 0))
 
 
 # the master sees a worker's records this late (Locust's worker report interval)
@@ -128,6 +129,9 @@ class _State:
         # the master: each worker's last report (when, its users), those found missing, by cell
         self.last_report: dict[int, tuple[float, int]] = {}
         self.workers_lost: dict[int, list[LostWorker]] = {}
+        self.sent = 0  # requests this process's users sent (a worker tells its master with each report)
+        # the master: by worker, the requests it said it sent and those whose records came in
+        self.by_worker: dict[int, list[int]] = {}
         self.test_at = 0.0  # the test's start on the run's clock
         self.model: str | None = None
         self.closed = False
@@ -252,6 +256,7 @@ class _State:
     def take(self, record: RequestRecord) -> None:
         """A record of this process's users: kept for the master (worker) or counted here."""
         env = self.env
+        self.sent += record.sent_at is not None
         if env is not None and isinstance(env.runner, WorkerRunner):
             self.pending.append(record.to_json())
             return
@@ -322,8 +327,11 @@ class _State:
         """The master: a worker's report -> its records on the master's clock."""
         shift = (report.base_epoch_ns - BASE_EPOCH_NS) / 1e9
         self.model = self.model or report.model
+        counts = self.by_worker.setdefault(worker, [0, 0])
+        counts[0] = max(counts[0], report.sent)
         for line in report.records:
             record = rebase(line, shift, next(self.request_ids), worker)
+            counts[1] += record.sent_at is not None
             self.count(replace(record, cell=self.cells.cell_of(record.sent_at)))
         if self.sink is not None and not self.closed:
             for sample in report.samples:
@@ -345,6 +353,17 @@ class _State:
                               round(at - last[0], 3) if last else None)
             self.workers_lost.setdefault(self.cells.cell_of(at), []).append(lost)
             log.warning("loadgen: %s", lost.warning())
+
+    def requests_by_worker(self) -> list[dict[str, int]]:
+        """The master: each worker's requests sent, by its own count, and those on record; said
+        in the log where they differ."""
+        out = []
+        for worker, (sent, recorded) in sorted(self.by_worker.items()):
+            out.append({"worker": worker, "sent": sent, "recorded": recorded})
+            if sent > recorded:
+                log.warning("loadgen: worker %d sent %d requests, of which %d have no record in the run directory",
+                            worker, sent, sent - recorded)
+        return out
 
     def rows(self, users: int | None = None) -> list[Row]:
         """The LLM table of the test running (or the last one); per user of the users running

@@ -27,8 +27,8 @@ from locust.runners import MasterRunner
 from loadgen.errors import LoadgenError
 from loadgen.load.stream import StreamState
 from loadgen.locust import hooks
-from loadgen.locust.plan import LocustPlan, locust_scenario
-from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, REPORT_LAG_S, STATE, log
+from loadgen.locust.plan import LocustPlan, locust_scenario, segments
+from loadgen.locust.state import BASE_EPOCH_NS, BASE_NS, REPORT_LAG_S, STATE, log, now_s
 from loadgen.locust.stats import LLM, failure_kind
 from loadgen.locust.transport import Workbench, closed_after_answer, open_client, stream_request
 from loadgen.results.capacity import first_wave, next_value, probe_entry
@@ -228,6 +228,8 @@ TRACE_LEAD_S = 1.0
 # an open loop's arrival this late when a free user takes it: the users ran out (a user woken on
 # time is within a millisecond or two of it)
 LATE_S = 0.010
+# how often Locust asks a shape for its users (its shape worker's loop)
+TICK_S = 1.0
 # users per second a search's probe starts with: all of them at once
 SPAWN_AT_ONCE = 1000.0
 
@@ -242,11 +244,17 @@ class ScenarioSteps(LoadTestShape):
     def __init__(self) -> None:
         super().__init__()
         self._step = -1
+        self._cells = 0  # the cells of the timeline begun so far
         self._results: list[tuple[float, bool]] = []  # a search's (users, met the SLOs) so far
         self._value: float | None = None
         self._since = 0.0
         self._draining = False
         self._drain_since: float | None = None
+
+    def reset_time(self) -> None:
+        """A test starts (a second one from the web UI too): its timeline from its first step."""
+        super().reset_time()
+        self._step, self._cells = -1, 0
 
     def tick(self) -> tuple[int, float] | None:
         plan = STATE.plan
@@ -259,20 +267,36 @@ class ScenarioSteps(LoadTestShape):
         limit = _option("run_time", None)
         if limit is not None and run_time >= limit:
             return None  # -t: Locust's own limit starts only once a shape has ended
-        if plan.step_lengths:  # stages: each its own length
-            ends = list(itertools.accumulate(plan.step_lengths))
+        timeline = segments(plan, step_s)
+        ends = list(itertools.accumulate(length for _, length, _ in timeline))
+        k = next((i for i, end in enumerate(ends) if run_time < end), len(ends))
+        if k == self._step and ends[k] - run_time < TICK_S:
+            # Locust asks every second: the step's end comes first, so the change is made at it
+            # (a 1.5 s cooldown lasted 1 s, and a 3 s stage 3.5, when made at the next tick)
+            gevent.sleep(ends[k] - run_time)
+            runner = STATE.env.runner if STATE.env is not None else None
+            if runner is None or runner.state not in ("spawning", "running"):
+                return timeline[k][0], float(max(timeline[k][0], 1))  # stopped meanwhile: no change
+            run_time = max(self.get_run_time(), ends[k])
             k = next((i for i, end in enumerate(ends) if run_time < end), len(ends))
-        else:
-            k = int(run_time // step_s)
-        if k >= len(plan.steps):
+        if k >= len(timeline):
             return None
+        users, _, cell = timeline[k]
         if k != self._step:
-            if k > 0:  # the test's start opened the first step's cell
-                STATE.step_started()
             self._step = k
-            log.info("loadgen: step %d/%d, %d users", k + 1, len(plan.steps), plan.steps[k])
-        users = plan.steps[k]
-        return users, float(max(users, 1))
+            STATE.stopping = not cell  # a user answered before Locust stops it sends no more
+            if not cell:  # a cooldown between repeats: its cell ends, no user runs
+                STATE.cells.close(now_s())
+                log.info("loadgen: cooldown of %g s before the next repeat", plan.cooldown_s)
+            else:
+                if self._cells:  # the test's start opened the first step's cell
+                    STATE.step_started()
+                self._cells += 1
+                cells = sum(1 for *_, c in timeline if c)
+                repeat = f" (repeat {(self._cells - 1) % plan.repeats + 1}/{plan.repeats})" if plan.repeats > 1 else ""
+                log.info("loadgen: step %d/%d, %d users%s", self._cells, cells, users, repeat)
+        # a cooldown stops every user at once (Locust stops users at the spawn rate)
+        return users, float(max(users, 1)) if cell else SPAWN_AT_ONCE
 
 
     def _search(self, plan: LocustPlan, search: Search) -> tuple[int, float] | None:

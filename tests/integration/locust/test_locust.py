@@ -38,6 +38,7 @@ def llm_rows(prefix: Path) -> dict[str, dict[str, str]]:
         return {row["Name"]: row for row in csv.DictReader(f)}
 
 
+@pytest.mark.timing  # TTFT to 5 ms: 56 ms read once against 50, with the whole Locust tier beside it
 def test_headless_run_matches_the_simulator(start_sim: StartSim, tmp_path: Path) -> None:
     base_url = start_sim(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
     scenario = write_scenario(tmp_path / "s.yaml")
@@ -130,6 +131,10 @@ def test_master_and_two_workers_merge_llm_metrics(start_sim: StartSim, tmp_path:
 
     records = list(read_records(tmp_path / "run" / "records.jsonl"))
     assert Counter(r.worker for r in records) == {1: per_worker[0], 2: per_worker[1]}
+    # the run directory says what each worker sent, by its own count, and what is on record
+    provenance = orjson.loads((tmp_path / "run" / "provenance.json").read_bytes())
+    assert provenance["requests_by_worker"] == [{"worker": k, "sent": n, "recorded": n}
+                                                for k, n in ((1, per_worker[0]), (2, per_worker[1]))]
     assert sorted(r.request_id for r in records) == list(range(served))
     # moved onto the master's clock: the whole run fits its 6 s window (plus the last streams)
     sent = [r.sent_at for r in records if r.sent_at is not None]

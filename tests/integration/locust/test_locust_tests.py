@@ -463,6 +463,38 @@ def test_stages_run_as_the_shapes_steps_each_a_cell(start_sim: StartSim, tmp_pat
     assert [c["users"]["duration_s"] for c in cells] == pytest.approx([2, 3], abs=0.75)
 
 
+@pytest.mark.timing
+def test_repeats_under_the_shape_are_cells_with_their_intervals_and_cooldowns(start_sim: StartSim,
+                                                                              tmp_path: Path) -> None:
+    """load.repeats under --shape: each repeat of the step a cell, labelled with its repeat, the
+    summary's 95% intervals over them, and nothing sent in the cooldown before each repeat."""
+    base_url = start_sim(ttft_ms=5, itl_ms=5)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "rep", "workload": {"input_tokens": 8, "output_tokens": 16},
+                                    "load": {"concurrency": 2, "duration_s": 2, "repeats": 3, "cooldown_s": 1.5}}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", "locust", "--shape", "--scenario", str(path), "--host", base_url,
+         "--headless", "--out", str(tmp_path / "run"), "--only-summary"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    cells = summary["cells"]
+    assert [(c["params"]["concurrency"], c["params"]["repeat"]) for c in cells] == [(2, 1), (2, 2), (2, 3)]
+    assert all(c["metrics"]["completed"] > 10 for c in cells)
+    (group,) = summary["repeats"]
+    assert group["cells"] == [1, 2, 3]
+    assert group["figures"]["ttft_s.p50"]["half_width"] is not None
+    # the cooldowns: between one repeat's last send and the next one's first, the 1.5 s (with no
+    # cooldown, the users go on sending), within a busy machine's lateness
+    records = [r for r in read_records(tmp_path / "run" / "records.jsonl") if r.sent_at is not None]
+    for k in (1, 2):
+        gap = min(r.sent_at for r in records if r.cell == k) - max(r.sent_at for r in records if r.cell == k - 1)
+        assert 1.5 - 0.25 <= gap < 1.5 + 0.5, (k, gap)  # type: ignore[operator]
+    assert "repeat 3/3" in proc.stderr
+    assert len(records) == sim_requests(base_url) - 2
+
+
 def test_a_trace_under_two_workers_sends_each_row_once_at_its_time(start_sim: StartSim, tmp_path: Path) -> None:
     """20 rows 100 ms apart, row i asking 3 + i tokens of a 40-token prompt whose first block
     (hash id 7) is shared: 6 users over 2 workers send each row once, when it is due (their

@@ -68,6 +68,10 @@ def test_a_worker_killed_mid_test_is_named_and_the_others_go_on(start_sim: Start
     assert said[0].startswith(f"worker {lost} (")
     assert "4 users" in said[0]  # its share of the 8
     assert said[0] in out  # the master said it as it happened, in the same words
+    # the one that went on: all it sent is on record; the lost one: what it had reported
+    by_worker = {w["worker"]: w for w in orjson.loads((run_dir / "provenance.json").read_bytes())["requests_by_worker"]}
+    assert by_worker[kept]["sent"] == by_worker[kept]["recorded"] == sum(1 for r in records if r.worker == kept)
+    assert by_worker[lost]["recorded"] == sum(1 for r in records if r.worker == lost)
     status = [orjson.loads(line) for line in (run_dir / "cells.jsonl").read_bytes().splitlines()][-1]
     assert [w["worker"] for w in status["workers_lost"]] == [lost]
     # found missing within Locust's heartbeats (3 s) of the kill, and the test went on to its 14 s

@@ -13,7 +13,15 @@ import pytest
 from loadgen.errors import ScenarioError, UsageError
 from loadgen.load.stream import StreamState
 from loadgen.locust.cli import LOCUSTFILE, SHAPEFILE, locust_command
-from loadgen.locust.plan import CellClock, arrivals_in_words, locust_scenario, plan_for, rebase, schedule
+from loadgen.locust.plan import (
+    CellClock,
+    arrivals_in_words,
+    locust_scenario,
+    plan_for,
+    rebase,
+    schedule,
+    segments,
+)
 from loadgen.locust.stats import CSV_COLUMNS, LiveStats, rows_csv
 from loadgen.results.cellstatus import AppliedUsers, CellStatus, LostWorker, ServerInfo
 from loadgen.results.records import RequestRecord
@@ -359,3 +367,30 @@ def test_a_lost_worker_rides_its_cells_status_line_and_becomes_its_warning() -> 
     # a status line of a run without a lost worker (or from before) has none
     assert CellStatus.from_dict({"cell": 0, "status": "done"}).workers_lost == ()
     assert "workers_lost" not in CellStatus(0, "done").to_dict()
+
+
+def test_repeats_run_each_step_again_after_a_cooldown_each_a_cell(tmp_path: Path) -> None:
+    plan = plan_for(parse_scenario({"load": {"concurrency": [2, 4], "repeats": 3, "cooldown_s": 1.5}}), "x.yaml")
+    assert (plan.steps, plan.repeats, plan.cooldown_s) == ((2, 4), 3, 1.5)
+    # each step's repeats in turn, the cooldown (no user, no cell) before each repeat after the first
+    assert segments(plan, 10.0) == (
+        (2, 10.0, True), (0, 1.5, False), (2, 10.0, True), (0, 1.5, False), (2, 10.0, True),
+        (4, 10.0, True), (0, 1.5, False), (4, 10.0, True), (0, 1.5, False), (4, 10.0, True),
+    )
+    # the run directory's cells are loadgen run's for the same scenario: each step's repeats in turn
+    cells = expand_cells(locust_scenario(plan, (2, 2, 2, 4, 4, 4)))
+    assert [(c.concurrency, c.repeat) for c in cells] == [(2, 1), (2, 2), (2, 3), (4, 1), (4, 2), (4, 3)]
+    # no cooldown: the repeats back to back; stages: each its own length, no repeat
+    assert segments(plan_for(parse_scenario({"load": {"concurrency": 2, "repeats": 2}}), "x.yaml"), 5.0) == (
+        (2, 5.0, True), (2, 5.0, True))
+    staged = plan_for(parse_scenario({"load": {"stages": [{"concurrency": 2, "duration_s": 3},
+                                                          {"concurrency": 6, "duration_s": 4}]}}), "x.yaml")
+    assert segments(staged, 60.0) == ((2, 3.0, True), (6, 4.0, True))
+    # an open loop runs once a test: refused in a line that names the way to repeat it
+    with pytest.raises(ScenarioError, match=r"^x.yaml: load.repeats -> .*run the repeats with loadgen run$"):
+        plan_for(parse_scenario({"load": {"rate": 5, "repeats": 2}}), "x.yaml")
+    # the shape runs the repeats: without it, said before Locust starts
+    path = tmp_path / "r.yaml"
+    path.write_text("name: r\nload: {concurrency: 2, repeats: 2}\n")
+    with pytest.raises(UsageError, match=r"load.repeats -> add --shape: the shape runs each step's repeats$"):
+        locust_command(["--scenario", str(path), "--host", "x"])
