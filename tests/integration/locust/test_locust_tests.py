@@ -197,6 +197,7 @@ def test_two_tests_from_the_web_ui_over_two_processes_keep_every_request(start_s
     assert all(n > 0 for n in per_cell)
 
 
+@pytest.mark.timing  # its first step's 4 s to 0.3 s, the second's users seen at once
 @pytest.mark.parametrize("how", ["sigterm", "sighup", "timeout"])
 def test_a_shape_ended_by_a_signal_leaves_a_run_directory_report_reads(start_sim: StartSim, tmp_path: Path,
                                                                       how: str) -> None:
@@ -227,7 +228,9 @@ def test_a_shape_ended_by_a_signal_leaves_a_run_directory_report_reads(start_sim
     steps = [c["params"]["concurrency"] for c in summary["cells"]]
     assert steps in ([2, 4], [2, 4, 8], [2, 4, 8, 16]), steps
     assert summary["cells"][0]["users"]["duration_s"] == pytest.approx(4.0, abs=0.3)
-    assert "Locust test 1: 4 users" in report.stdout
+    # the second step's users, spawned at once (or, on a busy machine, seen reaching 4 a tenth
+    # of a second or more after its start: "2 to 4 users over 0.1 s")
+    assert re.search(r"Locust test 1: (2 to )?4 users", report.stdout), report.stdout
     measured = [r for r in read_records(run_dir / "records.jsonl") if r.error != "cancelled"]
     assert sum(c["metrics"]["completed"] for c in summary["cells"]) == len(measured) > 0
 
