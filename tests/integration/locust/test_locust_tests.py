@@ -71,6 +71,19 @@ def web_ui(base_url: str, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen
     return ui, ui_url, run_dir, log
 
 
+def start_then_stop(ui_url: str, base_url: str, users: int, log: Path) -> None:
+    """A test from the web UI (its START with ``users`` users), 3 s, then its STOP, until Locust says stopped."""
+    started = httpx.post(ui_url + "/swarm", data={"user_count": users, "spawn_rate": users, "host": base_url},
+                         timeout=10, trust_env=False)
+    assert started.status_code == 200, started.text
+    time.sleep(3)
+    httpx.post(ui_url + "/stop", timeout=10, trust_env=False)
+    deadline = time.monotonic() + 30
+    while httpx.get(ui_url + "/stats/requests", timeout=10, trust_env=False).json()["state"] != "stopped":
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
 def test_the_web_uis_quit_ends_locust_cleanly_with_the_run_written(start_sim: StartSim, tmp_path: Path) -> None:
     """A test from the web UI, then its Quit (the LLM tab's button posts /llm/quit): Locust stops,
     the run directory is whole and not labelled interrupted, and loadgen exits 0, where Ctrl-C,
@@ -105,15 +118,7 @@ def test_two_tests_from_the_web_ui_are_two_cells_and_the_report_renders(start_si
     try:
         tab_counts = []
         for users in (4, 2):
-            started = httpx.post(ui_url + "/swarm", data={"user_count": users, "spawn_rate": users, "host": base_url},
-                                 timeout=10, trust_env=False)
-            assert started.status_code == 200, started.text
-            time.sleep(3)
-            httpx.post(ui_url + "/stop", timeout=10, trust_env=False)
-            deadline = time.monotonic() + 30
-            while httpx.get(ui_url + "/stats/requests", timeout=10, trust_env=False).json()["state"] != "stopped":
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+            start_then_stop(ui_url, base_url, users, log)
             time.sleep(0.5)
             total = next(r for r in httpx.get(ui_url + "/llm/stats", timeout=10, trust_env=False).json()["rows"]
                          if r["name"] == "Total")
@@ -174,15 +179,7 @@ def test_two_tests_from_the_web_ui_over_two_processes_keep_every_request(start_s
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         for users in (4, 2):
-            started = httpx.post(ui_url + "/swarm", data={"user_count": users, "spawn_rate": users, "host": base_url},
-                                 timeout=10, trust_env=False)
-            assert started.status_code == 200, started.text
-            time.sleep(3)
-            httpx.post(ui_url + "/stop", timeout=10, trust_env=False)
-            deadline = time.monotonic() + 30
-            while httpx.get(ui_url + "/stats/requests", timeout=10, trust_env=False).json()["state"] != "stopped":
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.2)
+            start_then_stop(ui_url, base_url, users, log)
     finally:
         ui.send_signal(signal.SIGTERM)
         ui.wait(60)
